@@ -1,0 +1,168 @@
+// The interposers: one exported definition per row of hooks.def, under the
+// row's mangled name, generated from one forwarder per shape so a row's
+// symbol and its original can never drift apart.
+//
+// This file is built without exceptions but with asynchronous unwind tables:
+// an exception thrown by an original (torch's own argument checks) unwinds
+// through these frames unchanged, and they hold nothing that needs cleanup.
+#include <time.h>
+
+#include "hooks.h"
+#include "state.h"
+
+namespace fsdpskip {
+namespace {
+
+uint64_t now_ns() {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000u + t.tv_nsec;
+}
+
+// `run(tensor)` calls the original with `tensor` in place of `self`. A skip
+// still runs the original, on a zero-element tensor of self's dtype and
+// device, so a call torch would reject raises exactly what it would raise.
+template <typename Run>
+inline auto dispatch(fsdpskip_verdict verdict, const fsdpskip_plugin* plugin, fsdpskip_kernel kernel,
+                     void* self, void* probe_source, Run run) {
+  switch (verdict) {
+    case FSDPSKIP_SKIP: {
+      run(plugin->probe_like(probe_source, 0));
+      plugin->skipped(kernel, self);
+      return decltype(run(self))(self);
+    }
+    case FSDPSKIP_AUDIT: {
+      uint64_t start = now_ns();
+      auto result = run(self);
+      plugin->audited(kernel, self, now_ns() - start);
+      return result;
+    }
+    default:
+      return run(self);
+  }
+}
+
+template <typename Fn>
+inline Fn original_as(HookId id) {
+  return reinterpret_cast<Fn>(original(id));
+}
+
+}  // namespace
+
+#define EXPORT extern "C" __attribute__((visibility("default")))
+
+// normal_ / uniform_ (Tensor& self, double, double, optional<Generator>)
+#define FORWARDER_Random(id, kernel, mangled)                                                \
+  EXPORT void* hook_##id(void* self, double a, double b, void* generator) __asm__(mangled); \
+  void* hook_##id(void* self, double a, double b, void* generator) {                        \
+    auto fn = original_as<void* (*)(void*, double, double, void*)>(HookId::id);              \
+    const fsdpskip_plugin* plugin = active_plugin();                                         \
+    if (plugin == nullptr) return fn(self, a, b, generator);                                 \
+    return dispatch(plugin->decide_init(kernel, self), plugin, kernel, self, self,          \
+                    [&](void* t) { return fn(t, a, b, generator); });                        \
+  }
+
+// zero_ (Tensor& self)
+#define FORWARDER_Unary(id, kernel, mangled)                                                      \
+  EXPORT void* hook_##id(void* self) __asm__(mangled);                                           \
+  void* hook_##id(void* self) {                                                                  \
+    auto fn = original_as<void* (*)(void*)>(HookId::id);                                          \
+    const fsdpskip_plugin* plugin = active_plugin();                                              \
+    if (plugin == nullptr) return fn(self);                                                       \
+    return dispatch(plugin->decide_init(kernel, self), plugin, kernel, self, self, fn);          \
+  }
+
+// fill_ (Tensor& self, const Scalar& or const Tensor& value)
+#define FORWARDER_Binary(id, kernel, mangled)                                               \
+  EXPORT void* hook_##id(void* self, const void* value) __asm__(mangled);                  \
+  void* hook_##id(void* self, const void* value) {                                         \
+    auto fn = original_as<void* (*)(void*, const void*)>(HookId::id);                       \
+    const fsdpskip_plugin* plugin = active_plugin();                                        \
+    if (plugin == nullptr) return fn(self, value);                                          \
+    return dispatch(plugin->decide_init(kernel, self), plugin, kernel, self, self,         \
+                    [&](void* t) { return fn(t, value); });                                 \
+  }
+
+// copy_ (Tensor& self, const Tensor& src, bool non_blocking). A skipped copy
+// checks its arguments on two probes: one like self, one like src.
+#define FORWARDER_Copy(id, kernel, mangled)                                                      \
+  EXPORT void* hook_##id(void* self, const void* src, bool non_blocking) __asm__(mangled);      \
+  void* hook_##id(void* self, const void* src, bool non_blocking) {                             \
+    auto fn = original_as<void* (*)(void*, const void*, bool)>(HookId::id);                      \
+    const fsdpskip_plugin* plugin = active_plugin();                                             \
+    if (plugin == nullptr) return fn(self, src, non_blocking);                                   \
+    fsdpskip_verdict verdict = plugin->decide_copy(self, src);                                   \
+    void* result = dispatch(verdict, plugin, kernel, self, self, [&](void* t) {                  \
+      return fn(t, t == self ? src : plugin->probe_like(src, 1), non_blocking);                  \
+    });                                                                                          \
+    if (verdict != FSDPSKIP_SKIP) plugin->copied(self, src);                                     \
+    return result;                                                                               \
+  }
+
+// c10::TensorImpl::set_requires_grad(this, bool): tag after the original
+// succeeded (it throws for non-leaf tensors; then nothing is tagged).
+#define FORWARDER_RequiresGrad(id, kernel, mangled)                     \
+  EXPORT void hook_##id(void* impl, bool requires_grad) __asm__(mangled); \
+  void hook_##id(void* impl, bool requires_grad) {                       \
+    original_as<void (*)(void*, bool)>(HookId::id)(impl, requires_grad); \
+    if (!requires_grad) return;                                          \
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->requires_grad_set(impl); \
+  }
+
+// at::native::set_data(Tensor& self, const Tensor& new_data)
+#define FORWARDER_SetData(id, kernel, mangled)                                   \
+  EXPORT void hook_##id(void* self, const void* new_data) __asm__(mangled);     \
+  void hook_##id(void* self, const void* new_data) {                            \
+    original_as<void (*)(void*, const void*)>(HookId::id)(self, new_data);       \
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->data_set(self); \
+  }
+
+// ProcessGroup*::broadcast(this, vector<Tensor>&, const BroadcastOptions&)
+// returns intrusive_ptr<Work> by value: hidden result pointer first.
+#define FORWARDER_Broadcast(id, kernel, mangled)                                           \
+  EXPORT void* hook_##id(void* result, void* group, void* tensors, void* options)         \
+      __asm__(mangled);                                                                    \
+  void* hook_##id(void* result, void* group, void* tensors, void* options) {              \
+    auto fn = original_as<void* (*)(void*, void*, void*, void*)>(HookId::id);              \
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->broadcast_started(tensors); \
+    return fn(result, group, tensors, options);                                            \
+  }
+
+// structured_*::impl(this, self, [inputs...,] out): the meta function already
+// checked the arguments, so a skipped impl needs no probe.
+#define CHAIN_BODY(id, kernel, out, ...)                                               \
+  auto fn = original_as<void (*)(void*, __VA_ARGS__)>(HookId::id);                      \
+  const fsdpskip_plugin* plugin = active_plugin();                                      \
+  fsdpskip_verdict verdict = plugin ? plugin->decide_chain(self, out) : FSDPSKIP_RUN;   \
+  if (verdict == FSDPSKIP_SKIP) return plugin->skipped(kernel, const_cast<void*>(out)); \
+  uint64_t start = verdict == FSDPSKIP_AUDIT ? now_ns() : 0;
+
+#define FORWARDER_Chain1(id, kernel, mangled)                                                   \
+  EXPORT void hook_##id(void* op, const void* self, const void* out) __asm__(mangled);         \
+  void hook_##id(void* op, const void* self, const void* out) {                                \
+    CHAIN_BODY(id, kernel, out, const void*, const void*)                                       \
+    fn(op, self, out);                                                                          \
+    if (start) plugin->audited(kernel, const_cast<void*>(out), now_ns() - start);               \
+  }
+#define FORWARDER_Chain2(id, kernel, mangled)                                                   \
+  EXPORT void hook_##id(void* op, const void* self, const void* x, const void* out)            \
+      __asm__(mangled);                                                                         \
+  void hook_##id(void* op, const void* self, const void* x, const void* out) {                 \
+    CHAIN_BODY(id, kernel, out, const void*, const void*, const void*)                          \
+    fn(op, self, x, out);                                                                       \
+    if (start) plugin->audited(kernel, const_cast<void*>(out), now_ns() - start);               \
+  }
+#define FORWARDER_Chain3(id, kernel, mangled)                                                   \
+  EXPORT void hook_##id(void* op, const void* self, const void* x, const void* y,              \
+                        const void* out) __asm__(mangled);                                      \
+  void hook_##id(void* op, const void* self, const void* x, const void* y, const void* out) {  \
+    CHAIN_BODY(id, kernel, out, const void*, const void*, const void*, const void*)             \
+    fn(op, self, x, y, out);                                                                    \
+    if (start) plugin->audited(kernel, const_cast<void*>(out), now_ns() - start);               \
+  }
+
+#define HOOK(id, library, shape, kernel, mangled) FORWARDER_##shape(id, kernel, mangled)
+#include "hooks.def"
+#undef HOOK
+
+}  // namespace fsdpskip

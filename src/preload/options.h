@@ -1,0 +1,42 @@
+// The activation policy: environment in, decision out. Pure functions over an
+// environment lookup, so the unit tests drive them with a fake environment
+// and the library with getenv (which reads environ without allocating).
+#pragma once
+
+#include "../common/plugin_abi.h"
+
+namespace fsdpskip {
+
+enum class Mode { kAuto, kOn, kOff, kAudit };
+
+// Returns the variable's value, or nullptr when it is unset.
+using EnvLookup = const char* (*)(const char* name, void* context);
+
+struct Options {
+  bool active = false;   // this process skips (or audits) parameter inits
+  Mode mode = Mode::kAuto;
+  int local_rank = -1;   // -1: no local rank found
+  int rank = -1;         // global rank, for reports only
+  fsdpskip_log_level log_level = FSDPSKIP_LOG_SUMMARY;
+  const char* report_template = nullptr;
+  const char* plugin_path = nullptr;  // FSDPSKIP_PLUGIN override
+  // Set when a variable was malformed: the process stays inert and prints it.
+  char error[320] = {0};
+};
+
+Options resolve_options(EnvLookup lookup, void* context);
+
+// Helpers, exposed for the unit tests.
+// transformers' strtobool: 1/y/yes/t/true/on and 0/n/no/f/false/off, any case.
+bool parse_truthy(const char* text, bool* value);
+// A decimal integer in [0, 1<<20], nothing else (no sign, no spaces).
+bool parse_rank(const char* text, int* value);
+
+// Variables read, in the order they are documented (README "Environment").
+// The first present of these names the local rank.
+extern const char* const kLocalRankVariables[];
+extern const int kLocalRankVariableCount;
+extern const char* const kRankVariables[];
+extern const int kRankVariableCount;
+
+}  // namespace fsdpskip

@@ -1,0 +1,109 @@
+// Resolving the original definitions behind the interposers.
+//
+// dlsym(RTLD_NEXT) finds nothing when Python loaded libtorch with
+// RTLD_LOCAL, so each original is looked up in the loaded object that defines
+// it: first the objects whose soname matches the row's library, then every
+// other loaded object. dlsym on a NOLOAD handle searches that object and its
+// dependencies only, never the preload, but a result is still checked against
+// our own definitions.
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hooks.h"
+#include "log.h"
+
+namespace fsdpskip {
+
+Hook g_hooks[] = {
+#define HOOK(id, library, shape, kernel, mangled) {#id, Library::library, kernel, mangled, nullptr},
+#include "hooks.def"
+#undef HOOK
+};
+
+const char* library_prefix(Library library) {
+  switch (library) {
+    case Library::kTorchCpu: return "libtorch_cpu.so";
+    case Library::kC10: return "libc10.so";
+    case Library::kTorchCuda: return "libtorch_cuda.so";
+  }
+  return "";
+}
+
+namespace {
+
+struct Candidates {
+  const char* prefix;  // nullptr: every object
+  const void* self_base;
+  int count;
+  char paths[8][PATH_MAX];
+};
+
+const char* base_name(const char* path) {
+  const char* slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+int collect(struct dl_phdr_info* info, size_t, void* data) {
+  auto* candidates = static_cast<Candidates*>(data);
+  const char* name = info->dlpi_name;
+  if (name == nullptr || *name == '\0') return 0;  // the executable: see below
+  if (reinterpret_cast<const void*>(info->dlpi_addr) == candidates->self_base) return 0;
+  if (candidates->prefix && strncmp(base_name(name), candidates->prefix, strlen(candidates->prefix)) != 0)
+    return 0;
+  if (strlen(name) >= PATH_MAX) return 0;
+  strcpy(candidates->paths[candidates->count++], name);
+  return candidates->count == 8;  // stop when full
+}
+
+bool defined_by_us(void* address, const void* self_base) {
+  Dl_info info;
+  return dladdr(address, &info) && info.dli_fbase == self_base;
+}
+
+void* look_up(const char* symbol, const char* prefix, const void* self_base) {
+  Candidates candidates{prefix, self_base, 0, {}};
+  dl_iterate_phdr(collect, &candidates);  // dlopen only after it returns
+  for (int i = 0; i < candidates.count; ++i) {
+    void* handle = dlopen(candidates.paths[i], RTLD_LAZY | RTLD_NOLOAD);
+    if (handle == nullptr) continue;
+    void* address = dlsym(handle, symbol);
+    dlclose(handle);  // still loaded: NOLOAD only added a reference
+    if (address && !defined_by_us(address, self_base)) return address;
+  }
+  return nullptr;
+}
+
+const void* self_base() {
+  Dl_info info;
+  dladdr(reinterpret_cast<void*>(&look_up), &info);
+  return info.dli_fbase;
+}
+
+}  // namespace
+
+void* original(HookId id) {
+  Hook& hook = g_hooks[static_cast<int>(id)];
+  void* address = __atomic_load_n(&hook.original, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(address != nullptr, 1)) return address;
+
+  const void* self = self_base();
+  address = look_up(hook.mangled, library_prefix(hook.library), self);
+  if (address == nullptr) address = look_up(hook.mangled, nullptr, self);
+  if (address == nullptr) {
+    // A statically linked torch lives in the executable itself.
+    void* handle = dlopen(nullptr, RTLD_LAZY);
+    void* candidate = handle ? dlsym(handle, hook.mangled) : nullptr;
+    if (candidate && !defined_by_us(candidate, self)) address = candidate;
+  }
+  if (address == nullptr) {
+    log_error("cannot find the original of %s (%s) in any loaded object; aborting", hook.id, hook.mangled);
+    abort();
+  }
+  __atomic_store_n(&hook.original, address, __ATOMIC_RELEASE);
+  return address;
+}
+
+}  // namespace fsdpskip

@@ -1,0 +1,31 @@
+// Every difference between the torch releases fsdpskip builds against
+// (1.13, 2.6, 2.14) lives here.
+#pragma once
+
+#include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
+
+namespace fsdpskip::compat {
+
+// 2.1 split StorageImpl::data_ptr() into a const data_ptr() and
+// mutable_data_ptr(); detect which one this torch has.
+template <typename Storage>
+auto mutable_data_ptr(Storage& storage, int) -> decltype(storage.mutable_data_ptr()) {
+  return storage.mutable_data_ptr();
+}
+template <typename Storage>
+c10::DataPtr& mutable_data_ptr(Storage& storage, long) {
+  return storage.data_ptr();
+}
+inline c10::DataPtr& data_ptr(c10::StorageImpl& storage) { return mutable_data_ptr(storage, 0); }
+
+// The StorageImpl behind a tensor, or nullptr (no storage, or no data yet:
+// meta tensors, empty tensors, sparse layouts).
+inline c10::StorageImpl* storage_of(const c10::TensorImpl* tensor) {
+  if (tensor == nullptr || !tensor->has_storage()) return nullptr;
+  c10::StorageImpl* storage = tensor->unsafe_storage().unsafeGetStorageImpl();
+  if (storage == nullptr || storage->nbytes() == 0) return nullptr;
+  return data_ptr(*storage).get() != nullptr ? storage : nullptr;
+}
+
+}  // namespace fsdpskip::compat

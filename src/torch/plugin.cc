@@ -1,0 +1,97 @@
+// libfsdpskip_torch.so: the C adapter between the preload's hook table and
+// the Tracker, and the work done at exit.
+#include <ATen/ops/empty.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "../common/plugin_abi.h"
+#include "report.h"
+#include "tracker.h"
+
+#ifndef FSDPSKIP_TORCH_IDENTITY
+#error "FSDPSKIP_TORCH_IDENTITY must name the libtorch this plugin is built for"
+#endif
+
+// Read by the preload from the file, before it decides to dlopen us.
+__attribute__((section(FSDPSKIP_TORCH_ID_SECTION), used)) static const char kTorchIdentity[] =
+    FSDPSKIP_TORCH_IDENTITY;
+
+namespace fsdpskip {
+namespace {
+
+const fsdpskip_host* g_host = nullptr;
+
+const at::Tensor& tensor(const void* pointer) { return *static_cast<const at::Tensor*>(pointer); }
+
+void write_stderr(const std::string& text) {
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n <= 0) return;
+    done += n;
+  }
+}
+
+void finish() {
+  Tracker& tracker = Tracker::instance();
+  tracker.begin_shutdown();
+  if (tracker.forked_child()) return;
+  bool audit = g_host->mode == FSDPSKIP_MODE_AUDIT;
+  Stats stats = tracker.stats();
+  std::vector<PendingStorage> pending = tracker.pending();
+  char hostname[256] = "unknown";
+  gethostname(hostname, sizeof hostname - 1);
+  ReportContext context{g_host, hostname, getpid()};
+  if (g_host->log_level >= FSDPSKIP_LOG_SUMMARY) {
+    write_stderr(summary_line(context, stats, pending.size(), audit));
+    constexpr size_t kMaxPendingLines = 20;  // the report lists them all
+    for (size_t i = 0; i < pending.size() && i < kMaxPendingLines; ++i) write_stderr(pending_line(pending[i]));
+    if (stats.storages_skipped && !stats.loading_ended)
+      write_stderr("fsdpskip: warning: parameter inits were skipped but no broadcast from rank 0 was seen; "
+                   "make sure this rank receives rank 0's values (sync_module_states, DDP, dist.broadcast)\n");
+    if (pending.size() > kMaxPendingLines)
+      write_stderr("fsdpskip: error: " + std::to_string(pending.size() - kMaxPendingLines) +
+                   " more pending storages (see FSDPSKIP_REPORT)\n");
+  }
+  if (g_host->report_template != nullptr) {
+    std::string path = expand_report_path(g_host->report_template, context);
+    std::string error;
+    if (!write_atomically(path, report_json(context, stats, pending, audit), &error))
+      write_stderr("fsdpskip: FSDPSKIP_REPORT: " + error + "; no report written\n");
+  }
+}
+
+const fsdpskip_plugin kPlugin = {
+    FSDPSKIP_PLUGIN_ABI,
+    [](fsdpskip_kernel kernel, void* self) { return Tracker::instance().decide_init(kernel, tensor(self)); },
+    [](void* dst, const void* src) { return Tracker::instance().decide_copy(tensor(dst), tensor(src)); },
+    [](const void* self, const void* out) { return Tracker::instance().decide_chain(tensor(self), tensor(out)); },
+    [](const void* self, int slot) -> void* {
+      // Zero-element tensors like self: the original checks its arguments on them.
+      thread_local at::Tensor probes[2];
+      probes[slot] = at::empty({0}, tensor(self).options());
+      return &probes[slot];
+    },
+    [](fsdpskip_kernel kernel, void* self) { Tracker::instance().skipped(kernel, tensor(self)); },
+    [](fsdpskip_kernel kernel, void* self, uint64_t ns) { Tracker::instance().audited(kernel, tensor(self), ns); },
+    [](void* dst, const void* src) { Tracker::instance().copied(tensor(dst), tensor(src)); },
+    [](void* impl) { Tracker::instance().requires_grad_set(static_cast<c10::TensorImpl*>(impl)); },
+    [](void* self) { Tracker::instance().data_set(tensor(self)); },
+    [](void* tensors) { Tracker::instance().broadcast_started(*static_cast<std::vector<at::Tensor>*>(tensors)); },
+    finish,
+};
+
+}  // namespace
+}  // namespace fsdpskip
+
+extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpskip_plugin_load(
+    const fsdpskip_host* host) {
+  using namespace fsdpskip;
+  if (host == nullptr || host->abi != FSDPSKIP_PLUGIN_ABI) {
+    write_stderr("fsdpskip: the preload and libfsdpskip_torch.so come from different builds; inactive\n");
+    return nullptr;
+  }
+  g_host = host;
+  Tracker::instance().configure(host->mode == FSDPSKIP_MODE_AUDIT, host->log_level);
+  return &kPlugin;
+}

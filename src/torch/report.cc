@@ -1,0 +1,196 @@
+#include "report.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace fsdpskip {
+namespace {
+
+constexpr const char* kKernelNames[FSDPSKIP_KERNEL_COUNT] = {"normal_", "uniform_", "zero_",
+                                                              "fill_",   "copy_",    "chain"};
+
+std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* pattern, ...) {
+  char buffer[1024];
+  va_list args;
+  va_start(args, pattern);
+  vsnprintf(buffer, sizeof buffer, pattern, args);
+  va_end(args);
+  return buffer;
+}
+
+std::string bytes_text(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) value /= 1024, ++unit;
+  return unit ? format("%.2f %s", value, units[unit]) : format("%llu B", static_cast<unsigned long long>(bytes));
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
+    else if (c < 0x20) out += format("\\u%04x", c);
+    else out += static_cast<char>(c);
+  }
+  return out + "\"";
+}
+
+// Frames of the skip site, innermost first, without fsdpskip's own frames;
+// a run of frames in one object (torch's dispatcher) shows as its outermost.
+std::vector<std::string> symbolised(const SkipSite& site) {
+  std::vector<std::string> frames;
+  std::string previous_object;
+  for (int i = 0; i < site.depth; ++i) {
+    Dl_info info;
+    if (dladdr(site.stack[i], &info) == 0 || info.dli_fname == nullptr) {
+      frames.push_back(format("%p", site.stack[i]));
+      previous_object.clear();
+      continue;
+    }
+    const char* slash = strrchr(info.dli_fname, '/');
+    std::string object = slash ? slash + 1 : info.dli_fname;
+    if (object.rfind("libfsdpskip", 0) == 0) continue;
+    std::string frame = info.dli_sname ? object + "(" + info.dli_sname + ")"
+                                       : object + format("+%#lx", static_cast<unsigned long>(
+                                                                     static_cast<char*>(site.stack[i]) -
+                                                                     static_cast<char*>(info.dli_fbase)));
+    if (object == previous_object) frames.back() = frame;
+    else frames.push_back(frame);
+    previous_object = object;
+  }
+  return frames;
+}
+
+}  // namespace
+
+std::string summary_line(const ReportContext& context, const Stats& stats, size_t pending, bool audit) {
+  uint64_t calls = 0;
+  std::string per_kernel;
+  for (int k = 0; k < FSDPSKIP_KERNEL_COUNT; ++k) {
+    calls += stats.calls[k];
+    if (stats.calls[k]) per_kernel += format("%s%s %llu", per_kernel.empty() ? "" : ", ", kKernelNames[k],
+                                             static_cast<unsigned long long>(stats.calls[k]));
+  }
+  std::string line = format("fsdpskip: local rank %d pid %d: ", context.host->local_rank, context.pid);
+  if (audit)
+    line += format("audit: would skip %llu calls (%s) on %llu storages, %s, %.1f ms in those kernels",
+                   static_cast<unsigned long long>(calls), per_kernel.empty() ? "none" : per_kernel.c_str(),
+                   static_cast<unsigned long long>(stats.storages_skipped), bytes_text(stats.bytes_skipped).c_str(),
+                   stats.audited_ns / 1e6);
+  else
+    line += format("skipped %llu calls (%s) on %llu storages of %s, %s never committed",
+                   static_cast<unsigned long long>(calls), per_kernel.empty() ? "none" : per_kernel.c_str(),
+                   static_cast<unsigned long long>(stats.storages_skipped), bytes_text(stats.bytes_skipped).c_str(),
+                   bytes_text(stats.bytes_released).c_str());
+  if (stats.lazy_zero_calls)
+    line += format("; %llu zero_ placeholders zeroed lazily, %s never committed",
+                   static_cast<unsigned long long>(stats.lazy_zero_calls),
+                   bytes_text(stats.lazy_zero_bytes_released).c_str());
+  line += format("; resolved %llu (overwrite %llu, free %llu), pending %zu",
+                 static_cast<unsigned long long>(stats.resolved_by_overwrite + stats.resolved_by_free),
+                 static_cast<unsigned long long>(stats.resolved_by_overwrite),
+                 static_cast<unsigned long long>(stats.resolved_by_free), pending);
+  return line + "\n";
+}
+
+std::string pending_line(const PendingStorage& pending) {
+  const SkipSite& site = pending.site;
+  std::string line = format("fsdpskip: error: pending storage %s %s on %s, %s: skipped (%s) and never received "
+                            "rank 0's data; skipped at ",
+                            site.shape.c_str(), site.dtype.c_str(), site.device.c_str(),
+                            bytes_text(site.bytes).c_str(), kKernelNames[site.first_kernel]);
+  std::vector<std::string> frames = symbolised(site);
+  for (size_t i = 0; i < frames.size() && i < 6; ++i) line += (i ? " < " : "") + frames[i];
+  return line + "\n";
+}
+
+std::string report_json(const ReportContext& context, const Stats& stats,
+                        const std::vector<PendingStorage>& pending, bool audit) {
+  std::string json = "{\n  \"schema\": \"fsdpskip-report\",\n  \"schema_version\": 1,\n";
+  json += format("  \"host\": %s,\n  \"pid\": %d,\n  \"rank\": %d,\n  \"local_rank\": %d,\n",
+                 json_string(context.hostname).c_str(), context.pid, context.host->rank, context.host->local_rank);
+  json += format("  \"mode\": \"%s\",\n  \"loading_ended\": %s,\n  \"calls\": {", audit ? "audit" : "on",
+                 stats.loading_ended ? "true" : "false");
+  for (int k = 0; k < FSDPSKIP_KERNEL_COUNT; ++k)
+    json += format("%s\"%s\": %llu", k ? ", " : "", kKernelNames[k], static_cast<unsigned long long>(stats.calls[k]));
+  auto number = [&](const char* name, uint64_t value) {
+    json += format(",\n  \"%s\": %llu", name, static_cast<unsigned long long>(value));
+  };
+  json += "}";
+  number("storages_skipped", stats.storages_skipped);
+  number("bytes_skipped", stats.bytes_skipped);
+  number("bytes_never_committed", stats.bytes_released);
+  number("bytes_zeroed_by_writing", stats.bytes_written);
+  number("bytes_left_unzeroed", stats.bytes_left);
+  number("audited_kernel_ns", stats.audited_ns);
+  number("lazy_zero_calls", stats.lazy_zero_calls);
+  number("lazy_zero_bytes_never_committed", stats.lazy_zero_bytes_released);
+  number("resolved_by_overwrite", stats.resolved_by_overwrite);
+  number("resolved_by_free", stats.resolved_by_free);
+  number("pending_count", pending.size());
+  json += ",\n  \"pending\": [";
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const SkipSite& site = pending[i].site;
+    json += format("%s\n    {\"shape\": %s, \"dtype\": %s, \"device\": %s, \"bytes\": %zu, \"kernel\": \"%s\", "
+                   "\"stack\": [",
+                   i ? "," : "", json_string(site.shape).c_str(), json_string(site.dtype).c_str(),
+                   json_string(site.device).c_str(), site.bytes, kKernelNames[site.first_kernel]);
+    std::vector<std::string> frames = symbolised(site);
+    for (size_t f = 0; f < frames.size(); ++f) json += (f ? ", " : "") + json_string(frames[f]);
+    json += "]}";
+  }
+  json += pending.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  return json;
+}
+
+std::string expand_report_path(const std::string& path_template, const ReportContext& context) {
+  std::string path;
+  for (size_t i = 0; i < path_template.size(); ++i) {
+    if (path_template[i] != '%' || i + 1 == path_template.size()) {
+      path += path_template[i];
+      continue;
+    }
+    switch (path_template[++i]) {
+      case 'r': path += std::to_string(context.host->rank); break;
+      case 'l': path += std::to_string(context.host->local_rank); break;
+      case 'p': path += std::to_string(context.pid); break;
+      case 'h': path += context.hostname; break;
+      case 'j': path += getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "nojob"; break;
+      case '%': path += '%'; break;
+      default: path += '%', path += path_template[i];
+    }
+  }
+  return path;
+}
+
+bool write_atomically(const std::string& path, const std::string& contents, std::string* error) {
+  std::string temporary = path + ".partial." + std::to_string(getpid());
+  int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error = format("cannot create %s: %s", temporary.c_str(), strerror(errno));
+    return false;
+  }
+  size_t written = 0;
+  while (written < contents.size()) {
+    ssize_t n = write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += n;
+  }
+  bool ok = close(fd) == 0 && written == contents.size();
+  if (ok && rename(temporary.c_str(), path.c_str()) == 0) return true;
+  *error = format("cannot write %s: %s", path.c_str(), strerror(errno));
+  unlink(temporary.c_str());
+  return false;
+}
+
+}  // namespace fsdpskip

@@ -1,0 +1,31 @@
+// What an active process says at exit: one summary line, one line per
+// pending storage, and the optional JSON report (schema in README.md).
+#pragma once
+
+#include <string>
+
+#include "../common/plugin_abi.h"
+#include "tracker.h"
+
+namespace fsdpskip {
+
+struct ReportContext {
+  const fsdpskip_host* host;
+  std::string hostname;
+  int pid;
+};
+
+std::string summary_line(const ReportContext& context, const Stats& stats, size_t pending, bool audit);
+std::string pending_line(const PendingStorage& pending);
+std::string report_json(const ReportContext& context, const Stats& stats,
+                        const std::vector<PendingStorage>& pending, bool audit);
+
+// Expands %r %l %p %h %j %% in a FSDPSKIP_REPORT template.
+std::string expand_report_path(const std::string& path_template, const ReportContext& context);
+
+// Writes `contents` to `path` atomically: a new temporary file beside it
+// (O_EXCL|O_NOFOLLOW: never through a symlink fsdpskip did not create), then
+// rename(2). On failure returns false and sets `error`.
+bool write_atomically(const std::string& path, const std::string& contents, std::string* error);
+
+}  // namespace fsdpskip

@@ -1,0 +1,324 @@
+#include "tracker.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "compat.h"
+#include "zero_pages.h"
+
+namespace fsdpskip {
+namespace {
+
+// transformers 5 makes a zeros_like placeholder of every parameter and
+// buffer on non-zero ranks; below this size an ordinary memset is cheaper
+// than a system call.
+constexpr size_t kLazyZeroMinBytes = size_t{1} << 20;
+
+c10::StorageImpl* storage_of(const at::Tensor& tensor) {
+  return tensor.defined() ? compat::storage_of(tensor.unsafeGetTensorImpl()) : nullptr;
+}
+
+// The tensor's own bytes, when they are one contiguous range.
+bool contiguous_range(const at::Tensor& tensor, char** begin, size_t* bytes) {
+  if (!tensor.is_contiguous()) return false;
+  c10::StorageImpl* storage = storage_of(tensor);
+  if (storage == nullptr) return false;
+  *begin = static_cast<char*>(compat::data_ptr(*storage).get()) + tensor.storage_offset() * tensor.itemsize();
+  *bytes = tensor.numel() * tensor.itemsize();
+  return true;
+}
+
+}  // namespace
+
+std::string shape_string(c10::IntArrayRef sizes) {
+  std::string text;
+  for (size_t i = 0; i < sizes.size(); ++i) text += (i ? "x" : "") + std::to_string(sizes[i]);
+  return text.empty() ? "scalar" : text;
+}
+
+Tracker& Tracker::instance() {
+  static Tracker* tracker = new Tracker;  // never destroyed: see tracked_deleter
+  return *tracker;
+}
+
+void Tracker::configure(bool audit, fsdpskip_log_level log_level) {
+  audit_ = audit;
+  log_level_ = log_level;
+  // fork() (DataLoader workers) must not copy the lock held by a thread that
+  // will not exist in the child.
+  pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
+                 [] {
+                   instance().mutex_.unlock();
+                   instance().forked_child_ = true;
+                 });
+  // The CPU allocator hands out posix_memalign memory: private anonymous
+  // pages. Its deleter identifies that memory later.
+  c10::DataPtr probe = c10::GetDefaultCPUAllocator()->allocate(1);
+  cpu_deleter_ = probe.get_deleter();
+  // Frees while the interpreter finalizes (module globals cleared) are the
+  // process ending, not a resolution. 3.13 renamed the function.
+  for (const char* name : {"Py_IsFinalizing", "_Py_IsFinalizing"})
+    if (void* function = dlsym(RTLD_DEFAULT, name)) {
+      python_finalizing_ = reinterpret_cast<int (*)()>(function);
+      break;
+    }
+}
+
+bool Tracker::shutting_down() const {
+  return shutting_down_.load() || (python_finalizing_ && python_finalizing_());
+}
+
+bool Tracker::from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const {
+  return storage->device_type() == c10::DeviceType::CPU &&
+         (deleter == cpu_deleter_ || deleter == &c10::free_cpu);
+}
+
+void Tracker::debug(const char* what, const c10::StorageImpl* storage) {
+  if (log_level_ < FSDPSKIP_LOG_DEBUG) return;
+  char line[256];
+  int length = snprintf(line, sizeof line, "fsdpskip: %s storage %p (%zu bytes)\n", what,
+                        static_cast<const void*>(storage), storage->nbytes());
+  if (write(STDERR_FILENO, line, length) < 0) return;
+}
+
+Tracker::Record* Tracker::find_locked(const c10::StorageImpl* storage) {
+  auto& data_ptr = compat::data_ptr(*const_cast<c10::StorageImpl*>(storage));
+  if (data_ptr.get_deleter() != &tracked_deleter) return nullptr;
+  auto found = records_.find(data_ptr.get_context());
+  return found != records_.end() && found->second.storage == storage ? &found->second : nullptr;
+}
+
+Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
+  c10::DataPtr& data_ptr = compat::data_ptr(*storage);
+  void* context = data_ptr.get_context();
+  c10::DeleterFnPtr deleter = data_ptr.get_deleter();
+  // Without a deleter and a context of its own, a storage's end cannot be
+  // observed, so it is never tagged (and never skipped).
+  if (context == nullptr || deleter == nullptr || deleter == &tracked_deleter) return nullptr;
+  if (records_.count(context) || !data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) return nullptr;
+  Record& record = records_[context];
+  record = Record{storage, deleter, role, false, nullptr};
+  tracked_.fetch_add(1);
+  return &record;
+}
+
+bool Tracker::tag(c10::StorageImpl* storage) {
+  if (storage == nullptr || !loading()) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record* record = find_locked(storage);
+  if (record == nullptr) record = track_locked(storage, Role::kParameter);
+  if (record == nullptr || record->role != Role::kParameter) return false;
+  if (!tagged_any_.exchange(true)) debug("first tag:", storage);
+  return true;
+}
+
+bool Tracker::is_tagged(const c10::StorageImpl* storage) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record* record = find_locked(storage);
+  return record && record->role == Role::kParameter;
+}
+
+bool Tracker::is_pending(const c10::StorageImpl* storage) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record* record = find_locked(storage);
+  return record && record->role == Role::kParameter && record->skipped;
+}
+
+void Tracker::resolve_locked(Record& record, bool by_free) {
+  if (record.role == Role::kParameter && record.skipped) {
+    ++(by_free ? stats_.resolved_by_free : stats_.resolved_by_overwrite);
+    pending_.fetch_sub(1);
+  }
+  record.role = Role::kReceived;
+  record.skipped = false;
+}
+
+bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self) {
+  if (record.skipped) return false;
+  record.skipped = true;
+  pending_.fetch_add(1);
+  auto site = std::make_unique<SkipSite>();
+  site->shape = shape_string(self.sizes());
+  site->dtype = std::string(c10::toString(self.scalar_type()));
+  site->device = self.device().str();
+  site->bytes = record.storage->nbytes();
+  site->first_kernel = kernel;
+  site->depth = backtrace(site->stack, kStackDepth);
+  record.site = std::move(site);
+  ++stats_.storages_skipped;
+  stats_.bytes_skipped += record.storage->nbytes();
+  return true;
+}
+
+fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& self) {
+  c10::StorageImpl* storage = storage_of(self);
+  if (storage == nullptr) return FSDPSKIP_RUN;
+  bool loading_now = loading();
+  if (!loading_now && pending_.load() == 0) return FSDPSKIP_RUN;
+  if (tracked_.load() != 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (Record* record = find_locked(storage))
+      return record->role == Role::kParameter ? skip_verdict() : FSDPSKIP_RUN;
+  }
+  if (!loading_now) return FSDPSKIP_RUN;
+  // FSDP's reset_parameters() after to_empty(), and nn.init on a parameter
+  // whose storage arrived without a new nn.Parameter.
+  if (self.requires_grad() && self.is_leaf() && tag(storage)) return skip_verdict();
+  char* begin;
+  size_t bytes;
+  if (kernel == FSDPSKIP_ZERO && !audit_ && contiguous_range(self, &begin, &bytes) &&
+      bytes >= kLazyZeroMinBytes && from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
+    return FSDPSKIP_SKIP;  // an exact zero_, done by skipped() without committing pages
+  return FSDPSKIP_RUN;
+}
+
+fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& src) {
+  (void)dst;
+  if (!loading() || pending_.load() == 0) return FSDPSKIP_RUN;
+  c10::StorageImpl* source = storage_of(src);
+  if (source == nullptr) return FSDPSKIP_RUN;
+  // A conversion of a skipped storage (model.to(dtype), .half()) stays skipped.
+  return is_pending(source) ? skip_verdict() : FSDPSKIP_RUN;
+}
+
+fsdpskip_verdict Tracker::decide_chain(const at::Tensor& self, const at::Tensor& out) {
+  if (pending_.load() == 0) return FSDPSKIP_RUN;
+  c10::StorageImpl* storage = storage_of(out);
+  if (storage == nullptr || storage != storage_of(self)) return FSDPSKIP_RUN;
+  return is_pending(storage) ? skip_verdict() : FSDPSKIP_RUN;
+}
+
+void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
+  c10::StorageImpl* storage = storage_of(self);
+  if (storage == nullptr) return;
+  if (kernel == FSDPSKIP_COPY) tag(storage);  // the destination of a skipped conversion
+  bool tagged = false, first = false;
+  c10::DeleterFnPtr deleter = compat::data_ptr(*storage).get_deleter();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Record* record = find_locked(storage);
+    if (record != nullptr) deleter = record->original_deleter;
+    if (record != nullptr && record->role == Role::kParameter) {
+      tagged = true;
+      ++stats_.calls[kernel];
+      first = mark_skipped_locked(*record, kernel, self);
+    }
+  }
+  bool anonymous = from_cpu_allocator(storage, deleter);
+  if (!tagged) {  // the exact zero_ of a large placeholder (decide_init checked its range)
+    char* begin;
+    size_t bytes;
+    if (!contiguous_range(self, &begin, &bytes)) return;
+    Zeroed zeroed = zero_range(begin, bytes, anonymous);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.lazy_zero_calls;
+    stats_.lazy_zero_bytes_released += zeroed.released;
+    return;
+  }
+  // A skipped storage reads as zeros, never as stale heap contents. Memory
+  // that is not provably the CPU allocator's private anonymous pages (file
+  // mappings, shared or pinned memory, device memory) is left as it is.
+  size_t bytes = storage->nbytes();
+  Zeroed zeroed;
+  if (anonymous) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
+  if (!first) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.bytes_released += zeroed.released;
+  stats_.bytes_written += zeroed.written;
+  if (!anonymous) stats_.bytes_left += bytes;
+  debug("skipped init of", storage);
+}
+
+void Tracker::audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds) {
+  c10::StorageImpl* storage = storage_of(self);
+  if (storage == nullptr) return;
+  if (kernel == FSDPSKIP_COPY) tag(storage);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.calls[kernel];
+  stats_.audited_ns += nanoseconds;
+  if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
+    mark_skipped_locked(*record, kernel, self);
+}
+
+void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
+  if (tracked_.load() == 0) return;
+  c10::StorageImpl* destination = storage_of(dst);
+  c10::StorageImpl* source = storage_of(src);
+  if (destination == nullptr || source == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record* target = find_locked(destination);
+  if (target == nullptr || target->role != Role::kParameter) return;
+  Record* origin = find_locked(source);
+  // Only rank 0's data resolves: a copy of a locally computed tensor (the
+  // resampling of torch 2.14's trunc_normal_, orthogonal_'s QR factor) does not.
+  if (origin == nullptr || origin->role != Role::kReceived) return;
+  bool covers = dst.is_contiguous() && dst.storage_offset() == 0 &&
+                static_cast<size_t>(dst.numel() * dst.itemsize()) == destination->nbytes();
+  if (covers) resolve_locked(*target, false);
+}
+
+void Tracker::requires_grad_set(c10::TensorImpl* tensor) {
+  if (loading()) tag(compat::storage_of(tensor));
+}
+
+void Tracker::data_set(const at::Tensor& self) {
+  // `param.data = t` gives a parameter a new storage (to_empty, _apply).
+  if (loading() && self.requires_grad() && self.is_leaf()) tag(storage_of(self));
+}
+
+void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
+  bool track_received = loading() || pending_.load() != 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const at::Tensor& tensor : tensors) {
+      c10::StorageImpl* storage = storage_of(tensor);
+      if (storage == nullptr) continue;
+      if (Record* record = find_locked(storage)) resolve_locked(*record, false);
+      else if (track_received) track_locked(storage, Role::kReceived);
+    }
+    // Rank 0's data starts to arrive: no new parameter is a placeholder.
+    if (tagged_any_.load() && loading_.exchange(false)) stats_.loading_ended = true;
+  }
+}
+
+c10::DeleterFnPtr Tracker::forget(void* context) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = records_.find(context);
+  if (found == records_.end()) return nullptr;
+  Record& record = found->second;
+  c10::DeleterFnPtr original = record.original_deleter;
+  if (record.role == Role::kParameter && record.skipped) {
+    if (shutting_down()) freed_at_shutdown_.push_back({*record.site});
+    else resolve_locked(record, true);
+  }
+  records_.erase(found);
+  tracked_.fetch_sub(1);
+  return original;
+}
+
+Stats Tracker::stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+std::vector<PendingStorage> Tracker::pending() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<PendingStorage> result = freed_at_shutdown_;
+  for (auto& entry : records_)
+    if (entry.second.role == Role::kParameter && entry.second.skipped) result.push_back({*entry.second.site});
+  return result;
+}
+
+void tracked_deleter(void* context) {
+  c10::DeleterFnPtr original = Tracker::instance().forget(context);
+  if (original != nullptr) original(context);
+  // else: not ours after all; leaking is the only safe choice.
+}
+
+}  // namespace fsdpskip

@@ -1,0 +1,135 @@
+// What fsdpskip knows about storages in an active process, and every
+// decision made from it. Only the plugin's C adapter (plugin.cc) and the unit
+// tests call it.
+//
+// A storage is tracked from the moment it matters until its memory is freed:
+// tracking swaps its DataPtr's deleter for tracked_deleter, which forgets the
+// record and calls the original. A tag therefore dies with its storage; a
+// later storage at the same address, with the same size, is a stranger.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/StorageImpl.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../common/plugin_abi.h"
+
+namespace fsdpskip {
+
+enum class Role : uint8_t {
+  kParameter,  // a parameter's placeholder on this rank: its inits are skipped
+  kReceived,   // written by a broadcast from rank 0: copies from it resolve
+};
+
+constexpr int kStackDepth = 24;
+
+// Where and what a skipped storage was, captured at its first skip, so the
+// exit report needs no torch call.
+struct SkipSite {
+  std::string shape, dtype, device;
+  size_t bytes = 0;
+  fsdpskip_kernel first_kernel = FSDPSKIP_NORMAL;
+  void* stack[kStackDepth] = {};
+  int depth = 0;
+};
+
+struct Stats {
+  uint64_t calls[FSDPSKIP_KERNEL_COUNT] = {};  // skipped (audit: would be)
+  uint64_t audited_ns = 0;       // audit: time spent in kernels that would be skipped
+  uint64_t storages_skipped = 0;
+  uint64_t bytes_skipped = 0;    // bytes of those storages
+  uint64_t bytes_released = 0;   // of which whole pages never committed
+  uint64_t bytes_written = 0;    // of which zeroed by writing (page edges)
+  uint64_t bytes_left = 0;       // of which not the CPU allocator's: left as they were
+  uint64_t lazy_zero_calls = 0;  // zero_ done by releasing pages (exact)
+  uint64_t lazy_zero_bytes_released = 0;
+  uint64_t resolved_by_overwrite = 0;
+  uint64_t resolved_by_free = 0;
+  bool loading_ended = false;
+};
+
+struct PendingStorage {
+  SkipSite site;
+};
+
+class Tracker {
+ public:
+  static Tracker& instance();  // immortal: deleters run until the very end
+
+  void configure(bool audit, fsdpskip_log_level log_level);
+
+  fsdpskip_verdict decide_init(fsdpskip_kernel kernel, const at::Tensor& self);
+  fsdpskip_verdict decide_copy(const at::Tensor& dst, const at::Tensor& src);
+  fsdpskip_verdict decide_chain(const at::Tensor& self, const at::Tensor& out);
+  void skipped(fsdpskip_kernel kernel, const at::Tensor& self);
+  void audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds);
+  void copied(const at::Tensor& dst, const at::Tensor& src);
+  void requires_grad_set(c10::TensorImpl* tensor);
+  void data_set(const at::Tensor& self);
+  void broadcast_started(const std::vector<at::Tensor>& tensors);
+
+  // Tags `storage` as a parameter's placeholder, if the loading phase lasts
+  // and it can be tracked (it has a deleter and a context of its own).
+  bool tag(c10::StorageImpl* storage);
+  bool is_tagged(const c10::StorageImpl* storage);
+  bool is_pending(const c10::StorageImpl* storage);
+  bool loading() const { return loading_.load(std::memory_order_relaxed); }
+
+  // From here on, frees no longer resolve anything (the process is exiting).
+  void begin_shutdown() { shutting_down_.store(true); }
+  Stats stats();
+  std::vector<PendingStorage> pending();
+
+  // Called by tracked_deleter: forgets ctx and returns its original deleter.
+  c10::DeleterFnPtr forget(void* context);
+  // True in a fork()ed child: it inherits the tags, its parent reports.
+  bool forked_child() const { return forked_child_; }
+
+ private:
+  struct Record {
+    c10::StorageImpl* storage;
+    c10::DeleterFnPtr original_deleter;
+    Role role;
+    bool skipped = false;  // pending while role == kParameter
+    std::unique_ptr<SkipSite> site;
+  };
+
+  Record* find_locked(const c10::StorageImpl* storage);
+  Record* track_locked(c10::StorageImpl* storage, Role role);
+  void resolve_locked(Record& record, bool by_free);
+  // Marks the first skip of a record; returns true when it was the first.
+  bool mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self);
+  bool shutting_down() const;
+  fsdpskip_verdict skip_verdict() const { return audit_ ? FSDPSKIP_AUDIT : FSDPSKIP_SKIP; }
+  bool from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const;
+  void debug(const char* what, const c10::StorageImpl* storage);
+
+  std::mutex mutex_;
+  std::unordered_map<void*, Record> records_;  // by DataPtr context
+  std::vector<PendingStorage> freed_at_shutdown_;
+  Stats stats_;
+  std::atomic<size_t> tracked_{0};
+  std::atomic<size_t> pending_{0};
+  std::atomic<bool> loading_{true};
+  std::atomic<bool> tagged_any_{false};
+  std::atomic<bool> shutting_down_{false};
+  bool audit_ = false;
+  bool forked_child_ = false;
+  fsdpskip_log_level log_level_ = FSDPSKIP_LOG_SUMMARY;
+  c10::DeleterFnPtr cpu_deleter_ = nullptr;
+  int (*python_finalizing_)() = nullptr;
+};
+
+// Installed as the deleter of every tracked storage.
+void tracked_deleter(void* context);
+
+// "4096x1024" for a tensor's sizes.
+std::string shape_string(c10::IntArrayRef sizes);
+
+}  // namespace fsdpskip

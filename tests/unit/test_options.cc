@@ -1,0 +1,137 @@
+// The activation policy, driven with a fake environment.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "options.h"
+
+namespace fsdpskip {
+namespace {
+
+using Environment = std::map<std::string, std::string>;
+
+const char* lookup(const char* name, void* context) {
+  auto* environment = static_cast<Environment*>(context);
+  auto found = environment->find(name);
+  return found == environment->end() ? nullptr : found->second.c_str();
+}
+
+Options resolve(Environment environment) { return resolve_options(lookup, &environment); }
+
+TEST(Options, NothingSetIsInactiveAndSilent) {
+  Options options = resolve({});
+  EXPECT_FALSE(options.active);
+  EXPECT_STREQ(options.error, "");
+}
+
+TEST(Options, AutoNeedsBothAccelerateVariables) {
+  EXPECT_FALSE(resolve({{"LOCAL_RANK", "1"}}).active);
+  EXPECT_FALSE(resolve({{"LOCAL_RANK", "1"}, {"ACCELERATE_USE_FSDP", "true"}}).active);
+  EXPECT_FALSE(resolve({{"LOCAL_RANK", "1"}, {"FSDP_CPU_RAM_EFFICIENT_LOADING", "1"}}).active);
+  EXPECT_TRUE(
+      resolve({{"LOCAL_RANK", "1"}, {"ACCELERATE_USE_FSDP", "True"}, {"FSDP_CPU_RAM_EFFICIENT_LOADING", "1"}}).active);
+  EXPECT_FALSE(
+      resolve({{"LOCAL_RANK", "1"}, {"ACCELERATE_USE_FSDP", "false"}, {"FSDP_CPU_RAM_EFFICIENT_LOADING", "1"}})
+          .active);
+}
+
+TEST(Options, AutoIsInactiveOnRankZero) {
+  EXPECT_FALSE(
+      resolve({{"LOCAL_RANK", "0"}, {"ACCELERATE_USE_FSDP", "1"}, {"FSDP_CPU_RAM_EFFICIENT_LOADING", "1"}}).active);
+}
+
+TEST(Options, TruthyMatchesStrtobool) {
+  for (const char* word : {"1", "y", "YES", "t", "True", "ON"}) {
+    bool value = false;
+    EXPECT_TRUE(parse_truthy(word, &value)) << word;
+    EXPECT_TRUE(value) << word;
+  }
+  for (const char* word : {"0", "n", "No", "f", "FALSE", "off"}) {
+    bool value = true;
+    EXPECT_TRUE(parse_truthy(word, &value)) << word;
+    EXPECT_FALSE(value) << word;
+  }
+  bool value;
+  for (const char* word : {"", "2", "yess", " true", "enabled"}) EXPECT_FALSE(parse_truthy(word, &value)) << word;
+}
+
+TEST(Options, OnNeedsALocalRankOfOneOrMore) {
+  EXPECT_FALSE(resolve({{"FSDPSKIP", "on"}}).active);
+  EXPECT_FALSE(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "0"}}).active);
+  Options options = resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "3"}});
+  EXPECT_TRUE(options.active);
+  EXPECT_EQ(options.local_rank, 3);
+  EXPECT_EQ(options.mode, Mode::kOn);
+}
+
+TEST(Options, OffIsInertWhateverElseIsSet) {
+  Options options = resolve({{"FSDPSKIP", "off"}, {"LOCAL_RANK", "x1"}, {"FSDPSKIP_LOG", "loud"}});
+  EXPECT_FALSE(options.active);
+  EXPECT_STRNE(options.error, "") << "FSDPSKIP_LOG is checked first";
+  EXPECT_STREQ(resolve({{"FSDPSKIP", "off"}, {"LOCAL_RANK", "x1"}}).error, "");
+}
+
+TEST(Options, AuditIsActiveInAuditMode) {
+  Options options = resolve({{"FSDPSKIP", "AUDIT"}, {"LOCAL_RANK", "1"}});
+  EXPECT_TRUE(options.active);
+  EXPECT_EQ(options.mode, Mode::kAudit);
+}
+
+TEST(Options, LocalRankPrecedence) {
+  Environment all = {{"FSDPSKIP", "on"},         {"FSDPSKIP_LOCAL_RANK", "5"},        {"LOCAL_RANK", "4"},
+                     {"SLURM_LOCALID", "3"},     {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"MPI_LOCALRANKID", "1"},
+                     {"PALS_LOCAL_RANKID", "6"}};
+  const char* order[] = {"FSDPSKIP_LOCAL_RANK", "LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                         "MPI_LOCALRANKID", "PALS_LOCAL_RANKID"};
+  int expected[] = {5, 4, 3, 2, 1, 6};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(resolve(all).local_rank, expected[i]) << "with " << order[i] << " first";
+    all.erase(order[i]);
+  }
+  EXPECT_EQ(resolve(all).local_rank, -1);
+}
+
+TEST(Options, FsdpskipLocalRankZeroOverridesLauncher) {
+  EXPECT_FALSE(resolve({{"FSDPSKIP", "on"}, {"FSDPSKIP_LOCAL_RANK", "0"}, {"LOCAL_RANK", "1"}}).active);
+}
+
+TEST(Options, MalformedValuesNameVariableValueAndAcceptedAndStayInert) {
+  struct Case {
+    Environment environment;
+    const char* variable;
+    const char* value;
+    const char* accepted;
+  } cases[] = {
+      {{{"FSDPSKIP", "maybe"}, {"LOCAL_RANK", "1"}}, "FSDPSKIP", "maybe", "auto, on, off, audit"},
+      {{{"FSDPSKIP", "on"}, {"LOCAL_RANK", "x1"}}, "LOCAL_RANK", "x1", "non-negative integer"},
+      {{{"FSDPSKIP", "on"}, {"LOCAL_RANK", "-1"}}, "LOCAL_RANK", "-1", "non-negative integer"},
+      {{{"FSDPSKIP", "on"}, {"SLURM_LOCALID", ""}}, "SLURM_LOCALID", "", "non-negative integer"},
+      {{{"FSDPSKIP", "on"}, {"LOCAL_RANK", "99999999999"}}, "LOCAL_RANK", "99999999999", "non-negative integer"},
+      {{{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_LOG", "chatty"}}, "FSDPSKIP_LOG", "chatty", "quiet"},
+      {{{"ACCELERATE_USE_FSDP", "sure"}, {"FSDP_CPU_RAM_EFFICIENT_LOADING", "1"}, {"LOCAL_RANK", "1"}},
+       "ACCELERATE_USE_FSDP", "sure", "true"},
+  };
+  for (const Case& c : cases) {
+    Options options = resolve(c.environment);
+    EXPECT_FALSE(options.active) << c.variable;
+    std::string error = options.error;
+    EXPECT_NE(error.find(std::string(c.variable) + "=\"" + c.value + "\""), std::string::npos) << error;
+    EXPECT_NE(error.find(c.accepted), std::string::npos) << error;
+    EXPECT_NE(error.find("inactive"), std::string::npos) << error;
+  }
+}
+
+TEST(Options, LogLevelsAndPaths) {
+  Options options = resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_LOG", "quiet"},
+                             {"FSDPSKIP_REPORT", "/tmp/r-%r.json"}, {"RANK", "7"}});
+  EXPECT_EQ(options.log_level, FSDPSKIP_LOG_QUIET);
+  EXPECT_STREQ(options.report_template, "/tmp/r-%r.json");
+  EXPECT_EQ(options.rank, 7);
+  EXPECT_EQ(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_LOG", "TRACE"}}).log_level,
+            FSDPSKIP_LOG_TRACE);
+  EXPECT_EQ(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_REPORT", ""}}).report_template, nullptr);
+}
+
+}  // namespace
+}  // namespace fsdpskip

@@ -1,0 +1,231 @@
+// The tracker with real LibTorch tensors. Each case runs in its own process
+// (gtest_discover_tests), so each starts with a fresh process-wide tracker.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "compat.h"
+#include "tracker.h"
+
+namespace fsdpskip {
+namespace {
+
+c10::StorageImpl* storage(const at::Tensor& t) { return compat::storage_of(t.unsafeGetTensorImpl()); }
+
+Tracker& tracker() {
+  static bool configured = [] {
+    Tracker::instance().configure(false, FSDPSKIP_LOG_QUIET);
+    return true;
+  }();
+  (void)configured;
+  return Tracker::instance();
+}
+
+size_t resident_pages(const at::Tensor& t) {
+  long page = sysconf(_SC_PAGESIZE);
+  auto begin = reinterpret_cast<uintptr_t>(t.data_ptr()) & ~(page - 1);
+  auto end = reinterpret_cast<uintptr_t>(t.data_ptr()) + t.nbytes();
+  std::vector<unsigned char> flags((end - begin + page - 1) / page);
+  EXPECT_EQ(mincore(reinterpret_cast<void*>(begin), end - begin, flags.data()), 0);
+  size_t resident = 0;
+  for (unsigned char flag : flags) resident += flag & 1;
+  return resident;
+}
+
+// Makes `received` look like a buffer a broadcast from rank 0 wrote into.
+void receive(const at::Tensor& received) { tracker().broadcast_started({received}); }
+
+TEST(Tracker, TaggedStorageIsSkippedThroughEveryView) {
+  at::Tensor param = torch::empty({64, 64});
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, param), FSDPSKIP_SKIP);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_UNIFORM, param.slice(1, 0, 8)), FSDPSKIP_SKIP);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, param.view(-1)), FSDPSKIP_SKIP);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_FILL, param.detach()), FSDPSKIP_SKIP);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, torch::empty({64, 64})), FSDPSKIP_RUN);
+}
+
+TEST(Tracker, EmptyAndMetaTensorsAreNeverTagged) {
+  EXPECT_FALSE(tracker().tag(storage(torch::empty({0}))));
+  EXPECT_FALSE(tracker().tag(storage(torch::empty({4}, torch::kMeta))));
+}
+
+TEST(Tracker, TagDiesWithItsStorageEvenWhenTheAddressRepeats) {
+  // The table's own first allocations would sit beside a freed heap chunk
+  // and keep glibc from handing it back: make them before.
+  at::Tensor warm = torch::empty({8});
+  ASSERT_TRUE(tracker().tag(storage(warm)));
+  int repeats = 0;
+  // 64 MiB comes from mmap (the kernel reuses the range after munmap); 16 KiB
+  // from the heap (glibc reuses the chunk).
+  for (int64_t n : {int64_t{16} << 20, int64_t{4096}}) {
+    void* freed_address;
+    {
+      at::Tensor param = torch::empty({n});
+      ASSERT_TRUE(tracker().tag(storage(param)));
+      freed_address = param.data_ptr();
+    }
+    std::vector<at::Tensor> keep;  // misses stay allocated, so the search moves on
+    for (int i = 0; i < 100; ++i) {
+      at::Tensor t = torch::empty({n});
+      if (t.data_ptr() == freed_address) {
+        ++repeats;
+        EXPECT_FALSE(tracker().is_tagged(storage(t))) << n;
+        EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, t), FSDPSKIP_RUN) << n;
+        break;
+      }
+      keep.push_back(t);
+    }
+  }
+  EXPECT_GE(repeats, 1) << "the allocator never reused an address; the test proves nothing";
+}
+
+TEST(Tracker, SkipReleasesPagesAndReadsAsZeros) {
+  at::Tensor param = torch::full({4 << 20}, 7.0f);  // 16 MiB, committed
+  size_t pages = resident_pages(param);
+  ASSERT_GT(pages, 4000u);
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  tracker().skipped(FSDPSKIP_NORMAL, param);
+  EXPECT_LT(resident_pages(param), 4u) << "only the partial edge pages may stay";
+  EXPECT_EQ(param.abs().sum().item<float>(), 0.0f);
+  Stats stats = tracker().stats();
+  EXPECT_EQ(stats.calls[FSDPSKIP_NORMAL], 1u);
+  EXPECT_EQ(stats.storages_skipped, 1u);
+  EXPECT_GE(stats.bytes_released, param.nbytes() - 2 * sysconf(_SC_PAGESIZE));
+  EXPECT_TRUE(tracker().is_pending(storage(param)));
+}
+
+TEST(Tracker, LargeZeroPlaceholderIsZeroedWithoutCommittingPages) {
+  at::Tensor placeholder = torch::full({4 << 20}, 3.0f);
+  ASSERT_EQ(tracker().decide_init(FSDPSKIP_ZERO, placeholder), FSDPSKIP_SKIP);
+  tracker().skipped(FSDPSKIP_ZERO, placeholder);
+  EXPECT_LT(resident_pages(placeholder), 4u);
+  EXPECT_EQ(placeholder.abs().sum().item<float>(), 0.0f);
+  EXPECT_FALSE(tracker().is_pending(storage(placeholder))) << "an exact zero_ is not a skip";
+  EXPECT_EQ(tracker().stats().lazy_zero_calls, 1u);
+  // Small ones keep their memset.
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, torch::ones({1024})), FSDPSKIP_RUN);
+}
+
+TEST(Tracker, CopyFromReceivedDataResolvesCopyFromLocalDataDoesNot) {
+  at::Tensor param = torch::empty({256});
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  tracker().skipped(FSDPSKIP_NORMAL, param);
+  at::Tensor local = torch::randn({256});
+  tracker().copied(param, local);  // torch 2.14's trunc_normal_ resampling
+  EXPECT_TRUE(tracker().is_pending(storage(param)));
+
+  at::Tensor flat = torch::randn({512});
+  receive(flat);
+  EXPECT_FALSE(tracker().loading()) << "the first broadcast after a tag ends the loading phase";
+  tracker().copied(param, flat.slice(0, 0, 256));
+  EXPECT_FALSE(tracker().is_pending(storage(param)));
+  Stats stats = tracker().stats();
+  EXPECT_EQ(stats.resolved_by_overwrite, 1u);
+  EXPECT_TRUE(stats.loading_ended);
+}
+
+TEST(Tracker, BroadcastIntoParameterResolvesIt) {
+  at::Tensor param = torch::empty({256});
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  tracker().skipped(FSDPSKIP_UNIFORM, param);
+  receive(param);
+  EXPECT_FALSE(tracker().is_pending(storage(param)));
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, param), FSDPSKIP_RUN) << "it holds rank 0's data now";
+}
+
+TEST(Tracker, BroadcastBeforeAnyTagDoesNotEndLoading) {
+  receive(torch::ones({4}));  // e.g. a barrier's or a config broadcast
+  EXPECT_TRUE(tracker().loading());
+}
+
+TEST(Tracker, NothingIsTaggedAfterLoadingEnds) {
+  at::Tensor param = torch::empty({16});
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  receive(torch::ones({4}));
+  EXPECT_FALSE(tracker().tag(storage(torch::empty({16}))));
+}
+
+TEST(Tracker, FreeResolvesAndShutdownFreesStayPending) {
+  {
+    at::Tensor replaced = torch::empty({32});
+    ASSERT_TRUE(tracker().tag(storage(replaced)));
+    tracker().skipped(FSDPSKIP_NORMAL, replaced);
+  }
+  EXPECT_EQ(tracker().stats().resolved_by_free, 1u);
+  at::Tensor* kept = new at::Tensor(torch::empty({8, 4}));
+  ASSERT_TRUE(tracker().tag(storage(*kept)));
+  tracker().skipped(FSDPSKIP_FILL, *kept);
+  tracker().begin_shutdown();
+  delete kept;
+  std::vector<PendingStorage> pending = tracker().pending();
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].site.shape, "8x4");
+  EXPECT_EQ(pending[0].site.bytes, 128u);
+  EXPECT_EQ(pending[0].site.first_kernel, FSDPSKIP_FILL);
+  EXPECT_GT(pending[0].site.depth, 0);
+}
+
+TEST(Tracker, ConversionOfSkippedStorageIsSkippedAndStaysSkipped) {
+  at::Tensor param = torch::empty({64});
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  tracker().skipped(FSDPSKIP_NORMAL, param);
+  at::Tensor half = torch::empty({64}, torch::kHalf);
+  ASSERT_EQ(tracker().decide_copy(half, param), FSDPSKIP_SKIP);
+  tracker().skipped(FSDPSKIP_COPY, half);
+  EXPECT_TRUE(tracker().is_pending(storage(half)));
+  EXPECT_EQ(half.abs().sum().item<float>(), 0.0f);
+}
+
+TEST(Tracker, ConcurrentTagSkipFreeFromManyThreads) {
+  std::atomic<int> skips{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 500; ++i) {
+        at::Tensor param = torch::empty({128});
+        if (!tracker().tag(storage(param))) continue;
+        if (tracker().decide_init(FSDPSKIP_NORMAL, param) == FSDPSKIP_SKIP) {
+          tracker().skipped(FSDPSKIP_NORMAL, param);
+          ++skips;
+        }
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  Stats stats = tracker().stats();
+  EXPECT_EQ(skips.load(), 4000);
+  EXPECT_EQ(stats.storages_skipped, 4000u);
+  EXPECT_EQ(stats.resolved_by_free, 4000u);
+  EXPECT_TRUE(tracker().pending().empty());
+}
+
+TEST(Tracker, ForkedChildCanUseTheTableWhileParentThreadsHeldIt) {
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop) {
+      at::Tensor p = torch::empty({8});
+      tracker().tag(storage(p));
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    pid_t child = fork();
+    if (child == 0) {
+      at::Tensor p = torch::empty({8});
+      _exit(tracker().tag(storage(p)) && tracker().is_tagged(storage(p)) ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  stop = true;
+  busy.join();
+}
+
+}  // namespace
+}  // namespace fsdpskip

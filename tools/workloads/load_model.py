@@ -1,0 +1,203 @@
+"""One rank of a model-loading job, as FSDP's RAM-efficient loading runs it.
+
+Builds a Llama-shaped fp32 model in one of several init styles, measures the
+construction's wall time and peak RSS growth, syncs rank 0's values to every
+rank, verifies the result across ranks, and writes one JSON file per rank.
+Run it under torchrun (gloo, CPU). Used by the demo, the tests and the
+benchmarks, so they all measure the same thing.
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+SIZES = {  # name: (hidden, intermediate, layers, vocab)
+    "tiny": (64, 172, 2, 512),
+    "0.1b": (768, 2048, 8, 32000),
+    "0.5b": (1536, 4096, 14, 32000),
+    "1b": (2048, 5504, 16, 32000),
+}
+STYLES = ("hf4", "torch", "trunc", "hf5", "meta")
+
+
+def rss_kib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def reset_peak_rss():
+    # Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def placeholder(*shape, style):
+    """A parameter as each framework generation creates it before loading."""
+    if style == "hf5":  # transformers 5: zeros placeholders, no init
+        return nn.Parameter(torch.zeros(*shape))
+    return nn.Parameter(torch.empty(*shape))
+
+
+class Linear(nn.Module):
+    def __init__(self, fan_in, fan_out, style, bias=False):
+        super().__init__()
+        if style == "torch":
+            self.inner = nn.Linear(fan_in, fan_out, bias=bias)  # kaiming_uniform_ + uniform_
+        else:
+            self.weight = placeholder(fan_out, fan_in, style=style)
+            self.bias = placeholder(fan_out, style=style) if bias else None
+
+
+class Block(nn.Module):
+    def __init__(self, hidden, intermediate, style):
+        super().__init__()
+        self.attn_norm = placeholder(hidden, style=style if style != "torch" else "hf4")
+        self.q, self.k, self.v, self.o = (Linear(hidden, hidden, style, bias=(i < 3)) for i in range(4))
+        self.mlp_norm = placeholder(hidden, style=style if style != "torch" else "hf4")
+        self.gate = Linear(hidden, intermediate, style)
+        self.up = Linear(hidden, intermediate, style)
+        self.down = Linear(intermediate, hidden, style)
+        if style == "torch":
+            nn.init.ones_(self.attn_norm)
+            nn.init.ones_(self.mlp_norm)
+
+
+class Model(nn.Module):
+    def __init__(self, size, style):
+        super().__init__()
+        hidden, intermediate, layers, vocab = SIZES[size]
+        if style == "torch":
+            self.embed = nn.Embedding(vocab, hidden)  # normal_
+        else:
+            self.embed = placeholder(vocab, hidden, style=style)
+        self.blocks = nn.ModuleList(Block(hidden, intermediate, style) for _ in range(layers))
+        self.norm = placeholder(hidden, style=style if style != "torch" else "hf4")
+        self.head = Linear(hidden, vocab, style)
+        if style == "torch":
+            nn.init.ones_(self.norm)
+
+
+def init_weights(model, style, std=0.02):
+    """transformers-4 `_init_weights` on `.data`, or ViT-style trunc_normal_."""
+    for name, param in model.named_parameters():
+        if style == "hf4":
+            if name.endswith("norm"):
+                param.data.fill_(1.0)
+            elif name.endswith("bias"):
+                param.data.zero_()
+            else:
+                param.data.normal_(mean=0.0, std=std)
+        elif style == "trunc":
+            if param.dim() > 1:
+                nn.init.trunc_normal_(param, std=std)
+            else:
+                nn.init.ones_(param) if name.endswith("norm") else nn.init.zeros_(param)
+
+
+def build(size, style):
+    if style == "meta":  # the ideal: built on meta, materialised, no init at all
+        return build_on_meta(size).to_empty(device="cpu")
+    model = Model(size, style)
+    init_weights(model, style)
+    return model
+
+
+def build_on_meta(size):
+    # torch 1.13 has no `with torch.device("meta")`: route torch.empty there.
+    cpu_empty = torch.empty
+
+    def meta_empty(*shape, **kwargs):
+        kwargs["device"] = "meta"
+        return cpu_empty(*shape, **kwargs)
+
+    torch.empty = meta_empty
+    try:
+        return Model(size, "hf4")
+    finally:
+        torch.empty = cpu_empty
+
+
+def digest(tensor):
+    return hashlib.sha1(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def model_bytes(model):
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def sync(model, how):
+    if how == "ddp":  # the _broadcast_coalesced path FSDP1's sync_module_states takes
+        nn.parallel.DistributedDataParallel(model)
+    elif how == "broadcast":
+        for param in model.parameters():
+            dist.broadcast(param.data, src=0)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size", choices=SIZES, default="tiny")
+    parser.add_argument("--style", choices=STYLES, default="hf4")
+    parser.add_argument("--sync", choices=("ddp", "broadcast", "none"), default="ddp")
+    parser.add_argument("--convert", choices=("none", "half"), default="none",
+                        help="dtype conversion before the sync")
+    parser.add_argument("--out", required=True, help="directory for rank<N>.json")
+    parser.add_argument("--verify", action="store_true", help="hash every parameter and compare across ranks")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(1234)
+
+    dist.barrier()
+    reset_peak_rss()
+    rss_before = rss_kib("VmRSS")
+    start = time.perf_counter()
+    model = build(args.size, args.style)
+    build_seconds = time.perf_counter() - start
+    rss_growth_kib = rss_kib("VmHWM") - rss_before
+    if args.convert == "half":
+        model = model.half()
+
+    sync(model, args.sync)
+    result = {
+        "rank": rank,
+        "local_rank": int(os.environ.get("LOCAL_RANK", rank)),
+        "size": args.size,
+        "style": args.style,
+        "model_bytes": model_bytes(model),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "build_seconds": build_seconds,
+        "rss_growth_bytes": rss_growth_kib * 1024,
+    }
+    if args.verify:
+        digests = {name: digest(p) for name, p in model.named_parameters()}
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, digests)
+        result["equal_to_rank0"] = all(d == everyone[0] for d in everyone)
+        result["all_finite"] = all(bool(torch.isfinite(p.float()).all()) for p in model.parameters())
+        result["digests"] = digests
+        # A layer created after the sync gets its real, seeded initialisation.
+        torch.manual_seed(4321)
+        late = nn.Linear(64, 64)
+        late_digests = [None] * dist.get_world_size()
+        dist.all_gather_object(late_digests, digest(late.weight))
+        result["late_layer_equal"] = all(d == late_digests[0] for d in late_digests)
+        result["late_layer_nonzero"] = bool(late.weight.abs().sum() > 0)
+    with open(os.path.join(args.out, "rank%d.json" % rank), "w") as out:
+        json.dump(result, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
