@@ -24,6 +24,7 @@ SIZES = {  # name: (hidden, intermediate, layers, vocab)
     "1b": (2048, 5504, 16, 32000),
 }
 STYLES = ("hf4", "torch", "trunc", "hf5", "meta")
+HELD = []  # --hold: models that live until interpreter shutdown
 
 
 def rss_kib(field):
@@ -151,6 +152,7 @@ def main():
                         help="dtype conversion before the sync")
     parser.add_argument("--out", required=True, help="directory for rank<N>.json")
     parser.add_argument("--verify", action="store_true", help="hash every parameter and compare across ranks")
+    parser.add_argument("--hold", action="store_true", help="keep the model alive until the process exits")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -193,6 +195,8 @@ def main():
         dist.all_gather_object(late_digests, digest(late.weight))
         result["late_layer_equal"] = all(d == late_digests[0] for d in late_digests)
         result["late_layer_nonzero"] = bool(late.weight.abs().sum() > 0)
+    if args.hold:
+        HELD.append(model)
     with open(os.path.join(args.out, "rank%d.json" % rank), "w") as out:
         json.dump(result, out)
     dist.barrier()

@@ -1,0 +1,175 @@
+"""Single-process scenarios. Each prints one JSON object of parameter
+digests and facts; the tests run it without the preload, on local rank 0 and
+on local rank 1, and compare."""
+import concurrent.futures
+import hashlib
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+
+def digest(t):
+    return hashlib.sha1(t.detach().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def describe(model):
+    return {name: {"digest": digest(p), "zero": bool((p == 0).all()), "finite": bool(torch.isfinite(p).all())}
+            for name, p in model.named_parameters()}
+
+
+def small_model(**factory):
+    return nn.Sequential(nn.Linear(64, 128, **factory), nn.LayerNorm(128, **factory),
+                         nn.Embedding(100, 16, **factory), nn.Conv2d(3, 8, 3, **factory))
+
+
+def meta_to_empty_reset():
+    """FSDP1's default path: built on meta, to_empty, reset_parameters()."""
+    torch.manual_seed(0)
+    model = small_model(device="meta").to_empty(device="cpu")
+    for module in model.modules():
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    return describe(model)
+
+
+def hf_init_weights():
+    """transformers' _init_weights on .data."""
+    torch.manual_seed(0)
+    model = small_model()
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            module.weight.data.normal_(mean=0.0, std=0.02)
+            module.bias.data.zero_()
+        elif isinstance(module, nn.Embedding):
+            module.weight.data.normal_(mean=0.0, std=0.02)
+        elif isinstance(module, nn.LayerNorm):
+            module.weight.data.fill_(1.0)
+            module.bias.data.zero_()
+    return describe(model)
+
+
+INITS = {
+    "kaiming_uniform_": lambda p: nn.init.kaiming_uniform_(p, a=5 ** 0.5),
+    "kaiming_normal_": nn.init.kaiming_normal_,
+    "xavier_uniform_": nn.init.xavier_uniform_,
+    "xavier_normal_": nn.init.xavier_normal_,
+    "constant_": lambda p: nn.init.constant_(p, 0.5),
+    "ones_": nn.init.ones_,
+    "zeros_": nn.init.zeros_,
+    "normal_": nn.init.normal_,
+    "uniform_": nn.init.uniform_,
+    "trunc_normal_": lambda p: nn.init.trunc_normal_(p, std=0.02),
+}
+
+
+def nn_init():
+    torch.manual_seed(0)
+    params = nn.ParameterDict({name: nn.Parameter(torch.empty(32, 48)) for name in INITS})
+    for name, init in INITS.items():
+        init(params[name])
+    return describe(params)
+
+
+def views():
+    """Every view of a parameter's storage is covered."""
+    torch.manual_seed(0)
+    p = nn.Parameter(torch.empty(16, 32))
+    p.data.normal_()
+    p.data[:, :8].uniform_()
+    p.view(-1)[:4].detach().zero_()
+    p.detach().t().fill_(3.0)
+    return describe(nn.ParameterList([p]))
+
+
+def not_parameters():
+    """Noise, buffers and activations are never touched: bitwise as without the preload."""
+    p = nn.Parameter(torch.empty(8, 8))  # a tag exists in this process
+    nn.init.normal_(p)
+    torch.manual_seed(5)
+    noise = torch.randn(1000)
+    buffer = torch.empty(64).fill_(2.5)
+    uniform = torch.empty(64).uniform_(-1, 1)
+    zeros = torch.empty(1 << 20).zero_()  # lazily zeroed on rank 1, still exact
+    linear = nn.Linear(8, 8)
+    with torch.no_grad():
+        activation = torch.relu(linear.weight @ noise[:8])
+    return {"noise": digest(noise), "buffer": digest(buffer), "uniform": digest(uniform), "zeros": digest(zeros),
+            "activation_finite": bool(torch.isfinite(activation).all())}
+
+
+def errors():
+    """torch's own argument checks, skipped or not, reach Python unchanged."""
+    p = nn.Parameter(torch.empty(8))
+    plain = torch.empty(8)
+    calls = {
+        "normal_negative_std": lambda t: t.data.normal_(0.0, -1.0),
+        "uniform_from_gt_to": lambda t: t.data.uniform_(2.0, 1.0),
+        "fill_non_scalar_tensor": lambda t: t.data.fill_(torch.ones(2)),
+        "copy_bad_shape": lambda t: t.data.copy_(torch.ones(3)),
+        "inplace_on_leaf_requiring_grad": lambda t: t.normal_(),
+    }
+    out = {}
+    for target_name, target in (("parameter", p), ("plain", plain)):
+        for name, call in calls.items():
+            try:
+                call(target)
+                out[target_name + "." + name] = "no error"
+            except Exception as error:  # the type and the text must be torch's
+                out[target_name + "." + name] = "%s: %s" % (type(error).__name__, str(error).splitlines()[0])
+    return out
+
+
+def threads():
+    """Loaders initialise in thread pools."""
+    def build(i):
+        p = nn.Parameter(torch.empty(64, 64))
+        nn.init.normal_(p)
+        return digest(p), bool((p == 0).all())
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(build, range(200)))
+    return {"all_zero": all(zero for _, zero in results), "any_zero": any(zero for _, zero in results),
+            "count": len(results)}
+
+
+def fork():
+    """A fork()ed child (DataLoader worker) inherits the tags and reports nothing."""
+    p = nn.Parameter(torch.empty(256))
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read)
+        nn.init.normal_(p)
+        fresh = torch.empty(256).normal_()
+        os.write(write, json.dumps({"param_zero": bool((p == 0).all()),
+                                    "fresh_nonzero": bool((fresh != 0).any())}).encode())
+        sys.exit(0)  # a normal exit: atexit handlers run in the child too
+    os.close(write)
+    result = json.loads(os.read(read, 4096))
+    _, status = os.waitpid(child, 0)
+    result["child_status"] = status
+    return result
+
+
+def reuse():
+    """A freed parameter's address, handed out again, is a stranger."""
+    warm = nn.Parameter(torch.empty(8))
+    n = 16 << 20  # 64 MiB: mmap, the kernel hands the range back
+    p = nn.Parameter(torch.empty(n))
+    address = p.data_ptr()
+    del p
+    keep = []
+    for _ in range(100):
+        t = torch.empty(n)
+        if t.data_ptr() == address:
+            t.normal_()
+            return {"repeated": True, "nonzero_after_normal": bool((t != 0).any()), "warm": warm.numel()}
+        keep.append(t)
+    return {"repeated": False}
+
+
+if __name__ == "__main__":
+    print(json.dumps(globals()[sys.argv[1]](), sort_keys=True))

@@ -1,0 +1,92 @@
+"""Bad input never crashes or silently misbehaves: one clear line on stderr,
+and the user's program runs untouched."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from harness import HERE, PLUGIN, PYTHON, fsdpskip_lines, run
+
+SCENARIOS = os.path.join(HERE, "scenarios.py")
+
+
+def plain_output():
+    return run([PYTHON, SCENARIOS, "hf_init_weights"], preload=False).stdout
+
+
+@pytest.mark.parametrize("variables,needle", [
+    ({"FSDPSKIP": "maybe", "LOCAL_RANK": "1"}, 'FSDPSKIP="maybe" is not valid (accepted: auto, on, off, audit)'),
+    ({"FSDPSKIP": "on", "LOCAL_RANK": "x1"}, 'LOCAL_RANK="x1" is not valid (accepted: a non-negative integer)'),
+    ({"FSDPSKIP": "on", "LOCAL_RANK": "1", "FSDPSKIP_LOG": "loud"}, 'FSDPSKIP_LOG="loud" is not valid'),
+    ({"LOCAL_RANK": "1", "ACCELERATE_USE_FSDP": "perhaps", "FSDP_CPU_RAM_EFFICIENT_LOADING": "1"},
+     'ACCELERATE_USE_FSDP="perhaps" is not valid'),
+])
+def test_malformed_variable_is_one_line_and_inert(variables, needle):
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], **variables)
+    assert done.returncode == 0
+    assert done.stdout == plain_output(), "the process must stay inert"
+    lines = fsdpskip_lines(done.stderr)
+    assert len(lines) == 1 and needle in lines[0], done.stderr
+
+
+def test_missing_plugin_is_one_line_and_inert(tmp_path):
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1",
+               FSDPSKIP_PLUGIN=str(tmp_path / "nowhere.so"))
+    assert done.returncode == 0 and done.stdout == plain_output()
+    lines = fsdpskip_lines(done.stderr)
+    assert len(lines) == 1 and "torch plugin not found at %s" % (tmp_path / "nowhere.so") in lines[0], done.stderr
+
+
+def test_plugin_built_for_another_torch_is_refused_before_loading(tmp_path):
+    """A plugin whose recorded libtorch differs must never be dlopened: it
+    would map a second libtorch into the process."""
+    foreign = tmp_path / "libfsdpskip_torch.so"
+    shutil.copy(PLUGIN, str(foreign))
+    identity = tmp_path / "identity"
+    identity.write_text("build-id=00000000000000000000000000000000deadbeef\ntorch=9.9.9\nlibtorch=/elsewhere\n")
+    subprocess.run(["objcopy", "--update-section", ".fsdpskip_torch_id=%s" % identity, str(foreign)], check=True)
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_PLUGIN=str(foreign))
+    assert done.returncode == 0 and done.stdout == plain_output()
+    lines = fsdpskip_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert "built for torch 9.9.9 (libtorch_cpu build-id 00000000000000000000000000000000deadbeef)" in lines[0]
+    assert "libtorch_cpu.so" in lines[0] and "inactive" in lines[0]
+
+
+def test_file_that_is_not_a_plugin_is_refused(tmp_path):
+    bogus = tmp_path / "libfsdpskip_torch.so"
+    bogus.write_text("not an ELF file")
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_PLUGIN=str(bogus))
+    assert done.returncode == 0 and done.stdout == plain_output()
+    assert len(fsdpskip_lines(done.stderr)) == 1 and "is not a fsdpskip torch plugin" in done.stderr
+
+
+def test_unwritable_report_path_is_one_line_and_exit_status_kept(tmp_path):
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1",
+               FSDPSKIP_REPORT="/nonexistent-dir/report-%p.json")
+    assert done.returncode == 0
+    lines = [l for l in fsdpskip_lines(done.stderr) if "FSDPSKIP_REPORT" in l]
+    assert len(lines) == 1 and "/nonexistent-dir/report-" in lines[0] and "no report written" in lines[0]
+
+
+def test_report_is_atomic_and_never_written_through_a_planted_symlink(tmp_path):
+    target = tmp_path / "victim"
+    target.write_text("precious")
+    report = tmp_path / "report.json"
+    # Someone plants links where the report and its temporary file will go.
+    os.symlink(str(target), str(report))
+    done = run([PYTHON, "-c", "import os, runpy, sys; sys.argv=['s', 'hf_init_weights']; "
+                "os.symlink(%r, %r + '.partial.' + str(os.getpid())); runpy.run_path(%r, run_name='__main__')"
+                % (str(target), str(report), SCENARIOS)],
+               FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_REPORT=str(report))
+    assert done.returncode == 0
+    assert target.read_text() == "precious", "a report was written through a symlink"
+    assert "cannot create" in done.stderr and "no report written" in done.stderr
+    # Without the planted temporary link, the report replaces the link itself.
+    os.unlink(str(report) + ".partial.%d" % int(done.stderr.split(".partial.")[1].split(":")[0]))
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_REPORT=str(report))
+    assert target.read_text() == "precious"
+    assert not os.path.islink(str(report)) and json.loads(report.read_text())["schema"] == "fsdpskip-report"
+    assert [p for p in os.listdir(str(tmp_path)) if ".partial." in p] == []

@@ -1,0 +1,51 @@
+"""An unmodified LibTorch C++ program under the preload."""
+import os
+
+from harness import fsdpskip_lines, run
+
+PROGRAM = os.environ["FSDPSKIP_LIBTORCH_MODEL"]
+
+
+def parameters(stdout):
+    """name -> {bytes, digest, all_zero, first} from the program's lines."""
+    result = {}
+    for line in stdout.splitlines():
+        if line.startswith("error:"):
+            continue
+        name, *fields = line.split()
+        result[name] = dict(field.split("=") for field in fields)
+    return result
+
+
+def test_rank0_is_bitwise_identical_to_no_preload():
+    plain = run([PROGRAM], preload=False)
+    rank0 = run([PROGRAM], LOCAL_RANK=0, FSDPSKIP="on")
+    assert plain.returncode == rank0.returncode == 0
+    assert rank0.stdout == plain.stdout
+    assert rank0.stderr == plain.stderr == ""
+
+
+def test_rank1_skips_every_parameter_init_and_nothing_else():
+    plain = parameters(run([PROGRAM], preload=False).stdout)
+    done = run([PROGRAM], LOCAL_RANK=1, FSDPSKIP="on")
+    assert done.returncode == 0
+    rank1 = parameters(done.stdout)
+    params = [name for name in plain if name not in ("randn",)]
+    assert len(params) == 8
+    for name in params:
+        assert rank1[name]["all_zero"] == "1", name
+        assert rank1[name]["bytes"] == plain[name]["bytes"]
+    # The sentinel written by hand did not survive the skipped normal_: the
+    # storage reads as zeros, neither the sentinel nor random values.
+    assert plain["sentinel.weight"]["first"] != "0" and rank1["sentinel.weight"]["first"] == "0"
+    # A seeded randn of a non-parameter is bitwise what it is without the preload.
+    assert rank1["randn"]["digest"] == plain["randn"]["digest"]
+    summary = fsdpskip_lines(done.stderr)
+    assert summary[0].startswith("fsdpskip: local rank 1 pid") and "on 8 storages" in summary[0], done.stderr
+
+
+def test_skipped_call_raises_what_the_kernel_raises():
+    plain = run([PROGRAM], preload=False).stdout.splitlines()[-1]
+    rank1 = run([PROGRAM], LOCAL_RANK=1, FSDPSKIP="on").stdout.splitlines()[-1]
+    assert plain.startswith("error: normal expects std >= 0.0")
+    assert rank1 == plain

@@ -1,0 +1,97 @@
+"""Real python3-torch programs under the preload, one process each."""
+import json
+import os
+
+import pytest
+
+from harness import HERE, PYTHON, fsdpskip_lines, run
+
+SCENARIOS = os.path.join(HERE, "scenarios.py")
+
+
+def scenario(name, preload, **variables):
+    done = run([PYTHON, SCENARIOS, name], preload=preload, **variables)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done
+
+
+def three_ways(name):
+    """(without preload, local rank 0, local rank 1), FSDPSKIP=on."""
+    plain, _ = scenario(name, preload=False)
+    rank0, done0 = scenario(name, preload=True, LOCAL_RANK=0, FSDPSKIP="on")
+    assert fsdpskip_lines(done0.stderr) == [], "rank 0 must print nothing"
+    rank1, done1 = scenario(name, preload=True, LOCAL_RANK=1, FSDPSKIP="on")
+    return plain, rank0, rank1, done1
+
+
+@pytest.mark.parametrize("name", ["meta_to_empty_reset", "hf_init_weights", "nn_init", "views"])
+def test_parameter_inits_are_skipped_on_rank1_and_untouched_on_rank0(name):
+    plain, rank0, rank1, done1 = three_ways(name)
+    assert rank0 == plain, "rank 0 must be bitwise identical to running without the preload"
+    for param, facts in rank1.items():
+        assert facts["zero"], "%s: skipped memory must read as zeros" % param
+        assert facts["digest"] != plain[param]["digest"] or plain[param]["zero"], param
+    summary = [line for line in fsdpskip_lines(done1.stderr) if "skipped" in line and "local rank 1" in line]
+    assert len(summary) == 1, done1.stderr
+
+
+def test_every_nn_init_function_is_skipped():
+    _, _, rank1, done1 = three_ways("nn_init")
+    assert sorted(rank1) == sorted(
+        ["kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_", "constant_", "ones_", "zeros_",
+         "normal_", "uniform_", "trunc_normal_"])
+    assert all(facts["zero"] for facts in rank1.values())
+
+
+def test_noise_buffers_and_activations_are_bitwise_unchanged():
+    plain, rank0, rank1, _ = three_ways("not_parameters")
+    assert rank0 == plain
+    assert rank1 == plain
+
+
+def test_torch_errors_pass_through_unchanged_skipped_or_not():
+    plain, rank0, rank1, _ = three_ways("errors")
+    assert rank0 == plain
+    assert rank1 == plain
+    assert plain["parameter.normal_negative_std"].startswith("RuntimeError: normal expects std >= 0.0")
+    assert all(value != "no error" for key, value in plain.items() if key.startswith("parameter.")), plain
+
+
+def test_thread_pool_initialisation_is_skipped_consistently():
+    _, _, rank1, _ = three_ways("threads")
+    assert rank1 == {"all_zero": True, "any_zero": True, "count": 200}
+
+
+def test_forked_child_inherits_tags_and_reports_nothing():
+    _, _, rank1, done1 = three_ways("fork")
+    assert rank1 == {"param_zero": True, "fresh_nonzero": True, "child_status": 0}
+    summaries = [line for line in fsdpskip_lines(done1.stderr) if "local rank 1 pid" in line]
+    assert len(summaries) == 1, "only the parent reports: " + done1.stderr
+
+
+def test_freed_parameter_address_is_never_skipped_again():
+    _, _, rank1, _ = three_ways("reuse")
+    assert rank1["repeated"], "the address never repeated; the test proves nothing"
+    assert rank1["nonzero_after_normal"]
+
+
+def test_off_and_processes_without_rank_are_bitwise_identical():
+    plain, _ = scenario("hf_init_weights", preload=False)
+    for variables in ({"FSDPSKIP": "off", "LOCAL_RANK": 1}, {"FSDPSKIP": "on"}, {}):
+        out, done = scenario("hf_init_weights", preload=True, **variables)
+        assert out == plain, variables
+        assert done.stderr == "", variables
+
+
+def test_auto_mode_follows_accelerates_variables():
+    out, done = scenario("hf_init_weights", preload=True, LOCAL_RANK=1, ACCELERATE_USE_FSDP="true",
+                         FSDP_CPU_RAM_EFFICIENT_LOADING="1")
+    assert all(facts["zero"] for facts in out.values())
+    plain, _ = scenario("hf_init_weights", preload=False)
+    out, done = scenario("hf_init_weights", preload=True, LOCAL_RANK=1, ACCELERATE_USE_FSDP="true")
+    assert out == plain and done.stderr == ""
+
+
+def test_quiet_silences_the_summary():
+    _, done = scenario("hf_init_weights", preload=True, LOCAL_RANK=1, FSDPSKIP="on", FSDPSKIP_LOG="quiet")
+    assert done.stderr == ""
