@@ -148,8 +148,8 @@ def main():
     parser.add_argument("--size", choices=SIZES, default="tiny")
     parser.add_argument("--style", choices=STYLES, default="hf4")
     parser.add_argument("--sync", choices=("ddp", "broadcast", "none"), default="ddp")
-    parser.add_argument("--convert", choices=("none", "half"), default="none",
-                        help="dtype conversion before the sync")
+    parser.add_argument("--convert", choices=("none", "half", "double"), default="none",
+                        help="dtype conversion before the sync (gloo in Debian's torch 2.x broadcasts no half)")
     parser.add_argument("--out", required=True, help="directory for rank<N>.json")
     parser.add_argument("--verify", action="store_true", help="hash every parameter and compare across ranks")
     parser.add_argument("--hold", action="store_true", help="keep the model alive until the process exits")
@@ -167,8 +167,8 @@ def main():
     model = build(args.size, args.style)
     build_seconds = time.perf_counter() - start
     rss_growth_kib = rss_kib("VmHWM") - rss_before
-    if args.convert == "half":
-        model = model.half()
+    if args.convert != "none":
+        model = getattr(model, args.convert)()
 
     sync(model, args.sync)
     result = {
