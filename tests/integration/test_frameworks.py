@@ -1,0 +1,48 @@
+"""Real frameworks (transformers, accelerate, FSDP2) on 2 ranks, CPU, gloo.
+They exist in the torch-2 roots (tools/torch-roots); where a framework is
+not installed these tests are skipped, and tools/test runs them in sid."""
+import os
+import re
+
+import pytest
+
+from harness import HERE, PYTHON, rank_lines, run, torchrun
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+WORKER = os.path.join(HERE, "frameworks_worker.py")
+ACCELERATE_FSDP = {"ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("llama")
+    done = run([PYTHON, WORKER, "save", "--directory", str(directory)], preload=False)
+    assert done.returncode == 0, done.stderr
+    return directory
+
+
+def load_job(tmp_path, checkpoint, sync, preload):
+    out = tmp_path / ("%s-%s" % (sync, preload))
+    out.mkdir()
+    return torchrun([WORKER, "load", "--directory", str(checkpoint), "--sync", sync, "--out", str(out)], str(out),
+                    preload=preload, **ACCELERATE_FSDP)
+
+
+@pytest.mark.parametrize("sync", ["ddp", "fsdp2"])
+def test_from_pretrained_under_accelerates_ram_efficient_loading(tmp_path, checkpoint, sync):
+    """Default auto mode, no FSDPSKIP set: transformers' zeros_like
+    placeholders on rank 1 cost no memory, and the sync delivers rank 0's
+    values."""
+    _, plain = load_job(tmp_path, checkpoint, sync, preload=False)
+    done, ranks = load_job(tmp_path, checkpoint, sync, preload=True)
+    for result in plain + ranks:
+        assert result["equal_to_rank0"] and result["all_finite"], result
+    rank0, rank1 = ranks
+    model = rank1["model_bytes"]
+    assert plain[1]["rss_growth_bytes"] > 0.5 * model, "without fsdpskip rank 1 commits the placeholders"
+    assert rank1["rss_growth_bytes"] <= rank0["rss_growth_bytes"] + 0.02 * model, (rank0, rank1)
+    summary = [l for l in rank_lines(done, 1) if l.startswith("fsdpskip: local rank 1")]
+    assert len(summary) == 1 and "zeroed lazily" in summary[0], done.stderr[-2000:]
+    assert re.search(r"pending 0$", summary[0])
+    assert not any("fsdpskip" in line for line in rank_lines(done, 0))

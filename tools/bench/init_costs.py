@@ -1,0 +1,88 @@
+"""Cost of each torch.nn.init function on one parameter, without fsdpskip and
+on a skipping rank (LD_PRELOAD, LOCAL_RANK=1, FSDPSKIP=on), each measured in
+a fresh process: wall time and peak RSS growth (VmHWM) of the call.
+
+    /usr/bin/python3 tools/bench/init_costs.py --build build [--elements N]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+INITS = ["normal_", "uniform_", "constant_", "ones_", "zeros_", "xavier_uniform_", "xavier_normal_",
+         "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "eye_", "dirac_", "orthogonal_", "sparse_"]
+
+
+# orthogonal_ is a QR factorisation: at 16M elements it takes over a minute.
+ELEMENTS = {"orthogonal_": 1 << 20}
+
+
+def shape_of(name, elements):
+    side = int(elements ** 0.5)
+    return (side // 16, side // 16, 16, 16) if name == "dirac_" else (side, side)
+
+
+def measure(name, elements):
+    import torch
+    import torch.nn as nn
+    torch.set_num_threads(1)
+    init = getattr(nn.init, name)
+    args = {"constant_": (0.5,), "sparse_": (0.9,)}.get(name, ())
+    # One small call first: what a process pays once (libraries' first use)
+    # is not what each parameter costs.
+    init(nn.Parameter(torch.empty(*shape_of(name, 4096))), *args)
+    param = nn.Parameter(torch.empty(*shape_of(name, elements)))
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1])
+    start = time.perf_counter()
+    init(param, *args)
+    seconds = time.perf_counter() - start
+    peak = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+    return {"seconds": seconds, "rss_growth_bytes": (peak - before) * 1024,
+            "param_bytes": param.numel() * param.element_size()}
+
+
+def run(name, elements, preload):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDPSKIP") and k != "LD_PRELOAD"}
+    if preload:
+        env.update(LD_PRELOAD=preload, LOCAL_RANK="1", FSDPSKIP="on", FSDPSKIP_LOG="quiet")
+    elements = ELEMENTS.get(name, elements)
+    done = subprocess.run([sys.executable, __file__, "--one", name, "--elements", str(elements)], env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--elements", type=int, default=16 << 20)
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--one")
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args.elements)))
+        return
+    import torch
+    preload = os.path.abspath(os.path.join(args.build, "lib", "libfsdpskip.so"))
+    print("torch %s, one %.0f MiB fp32 parameter, median of %d runs, one thread" % (
+        torch.__version__, args.elements * 4 / 2 ** 20, args.repetitions))
+    print("| init | parameter | time without | time with | ratio | peak RSS growth without | with |")
+    print("|---|---|---|---|---|---|---|")
+    for name in INITS:
+        plain = [run(name, args.elements, None) for _ in range(args.repetitions)]
+        skip = [run(name, args.elements, preload) for _ in range(args.repetitions)]
+        t0 = statistics.median(r["seconds"] for r in plain)
+        t1 = statistics.median(r["seconds"] for r in skip)
+        m0 = statistics.median(r["rss_growth_bytes"] for r in plain) / 2 ** 20
+        m1 = statistics.median(r["rss_growth_bytes"] for r in skip) / 2 ** 20
+        size = plain[0]["param_bytes"] / 2 ** 20
+        print("| %s | %.0f MiB | %.4f s | %.4f s | %.2f%% | %.1f MiB | %.1f MiB |" % (
+            name, size, t0, t1, 100 * t1 / t0, m0, m1))
+
+
+if __name__ == "__main__":
+    main()
