@@ -26,7 +26,7 @@ constexpr char kTorchLibrary[] = "libtorch_cpu.so";
 enum class PluginState { kUntried, kLoaded, kRefused };
 
 pthread_once_t g_plugin_once = PTHREAD_ONCE_INIT;
-const fsdpskip_plugin* g_plugin = nullptr;
+const fsdpskip_plugin* g_plugin = nullptr;  // published with release once loaded
 PluginState g_plugin_state = PluginState::kUntried;
 __thread bool t_loading_plugin = false;  // torch calls made while the plugin loads forward
 
@@ -116,9 +116,10 @@ const fsdpskip_plugin* load_plugin() {
 
 void load_once() {
   t_loading_plugin = true;
-  g_plugin = load_plugin();
+  const fsdpskip_plugin* plugin = load_plugin();
   t_loading_plugin = false;
-  g_plugin_state = g_plugin ? PluginState::kLoaded : PluginState::kRefused;
+  g_plugin_state = plugin ? PluginState::kLoaded : PluginState::kRefused;
+  __atomic_store_n(&g_plugin, plugin, __ATOMIC_RELEASE);
 }
 
 // Runs before the libraries' destructors. Interposers forward from here on,
@@ -154,7 +155,10 @@ __attribute__((constructor)) void initialise() {
 }  // namespace
 
 const fsdpskip_plugin* active_plugin() {
-  if (__builtin_expect(!g_active, 1) || t_loading_plugin) return nullptr;
+  if (__builtin_expect(!g_active, 1)) return nullptr;
+  // The common case, once loaded: one load, no TLS lookup, no pthread_once.
+  if (const fsdpskip_plugin* plugin = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE)) return plugin;
+  if (t_loading_plugin) return nullptr;
   pthread_once(&g_plugin_once, load_once);
   return g_active ? g_plugin : nullptr;
 }

@@ -79,8 +79,8 @@ bool Tracker::from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr de
          (deleter == cpu_deleter_ || deleter == &c10::free_cpu);
 }
 
-void Tracker::debug(const char* what, const c10::StorageImpl* storage) {
-  if (log_level_ < FSDPSKIP_LOG_DEBUG) return;
+void Tracker::log(fsdpskip_log_level level, const char* what, const c10::StorageImpl* storage) {
+  if (log_level_ < level) return;
   char line[256];
   int length = snprintf(line, sizeof line, "fsdpskip: %s storage %p (%zu bytes)\n", what,
                         static_cast<const void*>(storage), storage->nbytes());
@@ -114,7 +114,7 @@ bool Tracker::tag(c10::StorageImpl* storage) {
   Record* record = find_locked(storage);
   if (record == nullptr) record = track_locked(storage, Role::kParameter);
   if (record == nullptr || record->role != Role::kParameter) return false;
-  if (!tagged_any_.exchange(true)) debug("first tag:", storage);
+  if (!tagged_any_.exchange(true)) log(FSDPSKIP_LOG_DEBUG, "first tag:", storage);
   return true;
 }
 
@@ -156,7 +156,21 @@ bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const 
   return true;
 }
 
+fsdpskip_verdict Tracker::traced(const char* kernel, const at::Tensor& tensor, fsdpskip_verdict verdict) {
+  if (log_level_ >= FSDPSKIP_LOG_TRACE && storage_of(tensor) != nullptr) {
+    static const char* const kVerdicts[] = {"run", "skip", "audit"};
+    std::string what = std::string(kernel) + " -> " + kVerdicts[verdict] + ":";
+    log(FSDPSKIP_LOG_TRACE, what.c_str(), storage_of(tensor));
+  }
+  return verdict;
+}
+
 fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& self) {
+  static const char* const kNames[] = {"normal_", "uniform_", "zero_", "fill_"};
+  return traced(kernel < 4 ? kNames[kernel] : "init", self, decide_init_untraced(kernel, self));
+}
+
+fsdpskip_verdict Tracker::decide_init_untraced(fsdpskip_kernel kernel, const at::Tensor& self) {
   c10::StorageImpl* storage = storage_of(self);
   if (storage == nullptr) return FSDPSKIP_RUN;
   bool loading_now = loading();
@@ -184,14 +198,14 @@ fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& s
   c10::StorageImpl* source = storage_of(src);
   if (source == nullptr) return FSDPSKIP_RUN;
   // A conversion of a skipped storage (model.to(dtype), .half()) stays skipped.
-  return is_pending(source) ? skip_verdict() : FSDPSKIP_RUN;
+  return traced("copy_", dst, is_pending(source) ? skip_verdict() : FSDPSKIP_RUN);
 }
 
 fsdpskip_verdict Tracker::decide_chain(const at::Tensor& self, const at::Tensor& out) {
   if (pending_.load() == 0) return FSDPSKIP_RUN;
   c10::StorageImpl* storage = storage_of(out);
   if (storage == nullptr || storage != storage_of(self)) return FSDPSKIP_RUN;
-  return is_pending(storage) ? skip_verdict() : FSDPSKIP_RUN;
+  return traced("chain", out, is_pending(storage) ? skip_verdict() : FSDPSKIP_RUN);
 }
 
 void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
@@ -232,7 +246,7 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
   stats_.bytes_released += zeroed.released;
   stats_.bytes_written += zeroed.written;
   if (!anonymous) stats_.bytes_left += bytes;
-  debug("skipped init of", storage);
+  log(FSDPSKIP_LOG_DEBUG, "skipped init of", storage);
 }
 
 void Tracker::audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds) {

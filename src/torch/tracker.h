@@ -108,7 +108,10 @@ class Tracker {
   bool shutting_down() const;
   fsdpskip_verdict skip_verdict() const { return audit_ ? FSDPSKIP_AUDIT : FSDPSKIP_SKIP; }
   bool from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const;
-  void debug(const char* what, const c10::StorageImpl* storage);
+  fsdpskip_verdict decide_init_untraced(fsdpskip_kernel kernel, const at::Tensor& self);
+  // One line on stderr at `level` (FSDPSKIP_LOG=debug: tags and skips; trace: every decision).
+  void log(fsdpskip_log_level level, const char* what, const c10::StorageImpl* storage);
+  fsdpskip_verdict traced(const char* kernel, const at::Tensor& tensor, fsdpskip_verdict verdict);
 
   std::mutex mutex_;
   std::unordered_map<void*, Record> records_;  // by DataPtr context

@@ -95,3 +95,11 @@ def test_auto_mode_follows_accelerates_variables():
 def test_quiet_silences_the_summary():
     _, done = scenario("hf_init_weights", preload=True, LOCAL_RANK=1, FSDPSKIP="on", FSDPSKIP_LOG="quiet")
     assert done.stderr == ""
+
+
+def test_debug_and_trace_levels():
+    _, debug = scenario("views", preload=True, LOCAL_RANK=1, FSDPSKIP="on", FSDPSKIP_LOG="debug")
+    assert "fsdpskip: first tag: storage" in debug.stderr and "fsdpskip: skipped init of storage" in debug.stderr
+    assert "-> skip" not in debug.stderr
+    _, trace = scenario("views", preload=True, LOCAL_RANK=1, FSDPSKIP="on", FSDPSKIP_LOG="trace")
+    assert "fsdpskip: normal_ -> skip: storage" in trace.stderr and "fsdpskip: fill_ -> skip: storage" in trace.stderr

@@ -30,8 +30,8 @@ def run_job(build, size, style, variant, sync):
             env.update(LD_PRELOAD=os.path.join(build, "lib", "libfsdpskip.so"), FSDPSKIP="on")
         command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--redirects", "2", "--tee", "2",
                    "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-                   os.path.join(HERE, "load_model.py"), "--size", size, "--out", out, "--sync", sync, "--verify",
-                   "--style", "meta" if variant == "meta" else style]
+                   os.path.join(HERE, "load_model.py"), "--size", size, "--out", out, "--sync", sync,
+                   "--style", "meta" if variant == "meta" else style] + (["--verify"] if sync != "none" else [])
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit("job failed (%s %s %s):\n%s" % (size, style, variant, done.stderr[-3000:]))
@@ -39,7 +39,7 @@ def run_job(build, size, style, variant, sync):
         summary = [line.split("]:", 1)[1] for line in (done.stdout + done.stderr).splitlines()
                    if line.startswith("[default1]:fsdpskip: local rank")]
         for result in ranks:
-            if not (result["equal_to_rank0"] and result["all_finite"]):
+            if sync != "none" and not (result["equal_to_rank0"] and result["all_finite"]):
                 sys.exit("rank %d does not hold rank 0's values after the sync" % result["rank"])
         return ranks, summary
 

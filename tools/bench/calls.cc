@@ -1,0 +1,45 @@
+// Per-call cost of each interposed function on a 16-element tensor. One
+// binary, run by tools/bench/run under four conditions set by the
+// environment: no preload; preload, inactive; active, untagged tensor;
+// active, tagged tensor (FSDPSKIP_BENCH_TAGGED=1: the tensor is a parameter,
+// so on an active rank its inits are skipped).
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+
+namespace {
+
+at::Tensor tiny() {
+  at::Tensor t = torch::empty({16});
+  if (std::getenv("FSDPSKIP_BENCH_TAGGED")) t.set_requires_grad(true);
+  return t;
+}
+
+template <typename Call>
+void loop(benchmark::State& state, Call call) {
+  at::Tensor t = tiny();
+  at::Tensor source = torch::ones({16});
+  torch::NoGradGuard no_grad;
+  for (auto _ : state) call(t, source);
+}
+
+void normal(benchmark::State& s) { loop(s, [](at::Tensor& t, const at::Tensor&) { t.normal_(); }); }
+void uniform(benchmark::State& s) { loop(s, [](at::Tensor& t, const at::Tensor&) { t.uniform_(); }); }
+void zero(benchmark::State& s) { loop(s, [](at::Tensor& t, const at::Tensor&) { t.zero_(); }); }
+void fill(benchmark::State& s) { loop(s, [](at::Tensor& t, const at::Tensor&) { t.fill_(1.0); }); }
+void copy(benchmark::State& s) { loop(s, [](at::Tensor& t, const at::Tensor& src) { t.copy_(src); }); }
+void set_requires_grad(benchmark::State& state) {
+  at::Tensor t = torch::empty({16});
+  for (auto _ : state) t.set_requires_grad(true);
+}
+
+}  // namespace
+
+BENCHMARK(normal);
+BENCHMARK(uniform);
+BENCHMARK(zero);
+BENCHMARK(fill);
+BENCHMARK(copy);
+BENCHMARK(set_requires_grad);
+BENCHMARK_MAIN();
