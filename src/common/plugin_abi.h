@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 // Bump on any change to the structs below; both sides check it.
-#define FSDPSKIP_PLUGIN_ABI 1
+#define FSDPSKIP_PLUGIN_ABI 2
 
 // The plugin records the libtorch it was built against in an ELF section of
 // this name, so the preload can compare it with the loaded libtorch *before*
@@ -44,6 +44,7 @@ typedef enum fsdpskip_verdict {
   FSDPSKIP_RUN,    // run the original kernel
   FSDPSKIP_SKIP,   // run it on probes only (for its argument checks), then skipped()
   FSDPSKIP_AUDIT,  // would skip: run it, time it, report audited()
+  FSDPSKIP_RUN_NOTIFY,  // copy_: run it, then report copied() (it may resolve a storage)
 } fsdpskip_verdict;
 
 typedef struct fsdpskip_host {
@@ -59,7 +60,8 @@ typedef struct fsdpskip_plugin {
   uint32_t abi;
   // Init kernels (normal_, uniform_, zero_, fill_) on `self` (an at::Tensor*).
   fsdpskip_verdict (*decide_init)(fsdpskip_kernel kernel, void* self);
-  // copy_(dst, src): SKIP when src is a skipped storage during loading.
+  // copy_(dst, src): SKIP when src is a skipped storage during loading;
+  // RUN_NOTIFY when the copy may resolve dst.
   fsdpskip_verdict (*decide_copy)(void* dst, const void* src);
   // An init chain's later step writing `out` from `self` (structured impl).
   fsdpskip_verdict (*decide_chain)(const void* self, const void* out);

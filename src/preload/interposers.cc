@@ -95,7 +95,7 @@ inline Fn original_as(HookId id) {
     void* result = dispatch(verdict, plugin, kernel, self, self, [&](void* t) {                  \
       return fn(t, t == self ? src : plugin->probe_like(src, 1), non_blocking);                  \
     });                                                                                          \
-    if (verdict != FSDPSKIP_SKIP) plugin->copied(self, src);                                     \
+    if (verdict == FSDPSKIP_RUN_NOTIFY) plugin->copied(self, src);                               \
     return result;                                                                               \
   }
 

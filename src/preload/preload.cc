@@ -28,7 +28,10 @@ enum class PluginState { kUntried, kLoaded, kRefused };
 pthread_once_t g_plugin_once = PTHREAD_ONCE_INIT;
 const fsdpskip_plugin* g_plugin = nullptr;  // published with release once loaded
 PluginState g_plugin_state = PluginState::kUntried;
-__thread bool t_loading_plugin = false;  // torch calls made while the plugin loads forward
+// The thread loading the plugin: torch calls it makes meanwhile forward
+// (no TLS here: a TLS block costs every process a start-up allocation).
+pthread_t g_loading_thread;
+bool g_loading = false;
 
 // Copies of the variables' values: the environment can change under us.
 char g_report_template[PATH_MAX];
@@ -115,9 +118,10 @@ const fsdpskip_plugin* load_plugin() {
 }
 
 void load_once() {
-  t_loading_plugin = true;
+  g_loading_thread = pthread_self();
+  __atomic_store_n(&g_loading, true, __ATOMIC_RELEASE);
   const fsdpskip_plugin* plugin = load_plugin();
-  t_loading_plugin = false;
+  __atomic_store_n(&g_loading, false, __ATOMIC_RELEASE);
   g_plugin_state = plugin ? PluginState::kLoaded : PluginState::kRefused;
   __atomic_store_n(&g_plugin, plugin, __ATOMIC_RELEASE);
 }
@@ -158,7 +162,7 @@ const fsdpskip_plugin* active_plugin() {
   if (__builtin_expect(!g_active, 1)) return nullptr;
   // The common case, once loaded: one load, no TLS lookup, no pthread_once.
   if (const fsdpskip_plugin* plugin = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE)) return plugin;
-  if (t_loading_plugin) return nullptr;
+  if (__atomic_load_n(&g_loading, __ATOMIC_ACQUIRE) && pthread_equal(g_loading_thread, pthread_self())) return nullptr;
   pthread_once(&g_plugin_once, load_once);
   return g_active ? g_plugin : nullptr;
 }

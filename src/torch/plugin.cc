@@ -38,7 +38,7 @@ void finish() {
   if (tracker.forked_child()) return;
   bool audit = g_host->mode == FSDPSKIP_MODE_AUDIT;
   Stats stats = tracker.stats();
-  std::vector<PendingStorage> pending = tracker.pending();
+  std::vector<SkipSite> pending = tracker.pending();
   char hostname[256] = "unknown";
   gethostname(hostname, sizeof hostname - 1);
   ReportContext context{g_host, hostname, getpid()};

@@ -102,8 +102,7 @@ std::string summary_line(const ReportContext& context, const Stats& stats, size_
   return line + "\n";
 }
 
-std::string pending_line(const PendingStorage& pending) {
-  const SkipSite& site = pending.site;
+std::string pending_line(const SkipSite& site) {
   std::string line = format("fsdpskip: error: pending storage %s %s on %s, %s: skipped (%s) and never received "
                             "rank 0's data; skipped at ",
                             site.shape.c_str(), site.dtype.c_str(), site.device.c_str(),
@@ -114,7 +113,7 @@ std::string pending_line(const PendingStorage& pending) {
 }
 
 std::string report_json(const ReportContext& context, const Stats& stats,
-                        const std::vector<PendingStorage>& pending, bool audit) {
+                        const std::vector<SkipSite>& pending, bool audit) {
   std::string json = "{\n  \"schema\": \"fsdpskip-report\",\n  \"schema_version\": 1,\n";
   json += format("  \"host\": %s,\n  \"pid\": %d,\n  \"rank\": %d,\n  \"local_rank\": %d,\n",
                  json_string(context.hostname).c_str(), context.pid, context.host->rank, context.host->local_rank);
@@ -139,7 +138,7 @@ std::string report_json(const ReportContext& context, const Stats& stats,
   number("pending_count", pending.size());
   json += ",\n  \"pending\": [";
   for (size_t i = 0; i < pending.size(); ++i) {
-    const SkipSite& site = pending[i].site;
+    const SkipSite& site = pending[i];
     json += format("%s\n    {\"shape\": %s, \"dtype\": %s, \"device\": %s, \"bytes\": %zu, \"kernel\": \"%s\", "
                    "\"stack\": [",
                    i ? "," : "", json_string(site.shape).c_str(), json_string(site.dtype).c_str(),

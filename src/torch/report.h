@@ -16,9 +16,9 @@ struct ReportContext {
 };
 
 std::string summary_line(const ReportContext& context, const Stats& stats, size_t pending, bool audit);
-std::string pending_line(const PendingStorage& pending);
+std::string pending_line(const SkipSite& site);
 std::string report_json(const ReportContext& context, const Stats& stats,
-                        const std::vector<PendingStorage>& pending, bool audit);
+                        const std::vector<SkipSite>& pending, bool audit);
 
 // Expands %r %l %p %h %j %% in a FSDPSKIP_REPORT template.
 std::string expand_report_path(const std::string& path_template, const ReportContext& context);

@@ -158,7 +158,7 @@ bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const 
 
 fsdpskip_verdict Tracker::traced(const char* kernel, const at::Tensor& tensor, fsdpskip_verdict verdict) {
   if (log_level_ >= FSDPSKIP_LOG_TRACE && storage_of(tensor) != nullptr) {
-    static const char* const kVerdicts[] = {"run", "skip", "audit"};
+    static const char* const kVerdicts[] = {"run", "skip", "audit", "run"};
     std::string what = std::string(kernel) + " -> " + kVerdicts[verdict] + ":";
     log(FSDPSKIP_LOG_TRACE, what.c_str(), storage_of(tensor));
   }
@@ -193,12 +193,15 @@ fsdpskip_verdict Tracker::decide_init_untraced(fsdpskip_kernel kernel, const at:
 }
 
 fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& src) {
-  (void)dst;
-  if (!loading() || pending_.load() == 0) return FSDPSKIP_RUN;
-  c10::StorageImpl* source = storage_of(src);
-  if (source == nullptr) return FSDPSKIP_RUN;
+  bool loading_now = loading();
+  size_t pending = pending_.load();
+  if (!loading_now && pending == 0) return FSDPSKIP_RUN;  // training: nothing left to resolve
   // A conversion of a skipped storage (model.to(dtype), .half()) stays skipped.
-  return traced("copy_", dst, is_pending(source) ? skip_verdict() : FSDPSKIP_RUN);
+  c10::StorageImpl* source = storage_of(src);
+  if (loading_now && pending != 0 && source != nullptr && is_pending(source))
+    return traced("copy_", dst, skip_verdict());
+  // Rank 0's data arriving through a copy resolves its destination (copied()).
+  return traced("copy_", dst, tracked_.load() != 0 ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
 }
 
 fsdpskip_verdict Tracker::decide_chain(const at::Tensor& self, const at::Tensor& out) {
@@ -308,7 +311,7 @@ c10::DeleterFnPtr Tracker::forget(void* context) {
   Record& record = found->second;
   c10::DeleterFnPtr original = record.original_deleter;
   if (record.role == Role::kParameter && record.skipped) {
-    if (shutting_down()) freed_at_shutdown_.push_back({*record.site});
+    if (shutting_down()) freed_at_shutdown_.push_back(*record.site);
     else resolve_locked(record, true);
   }
   records_.erase(found);
@@ -321,11 +324,11 @@ Stats Tracker::stats() {
   return stats_;
 }
 
-std::vector<PendingStorage> Tracker::pending() {
+std::vector<SkipSite> Tracker::pending() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<PendingStorage> result = freed_at_shutdown_;
+  std::vector<SkipSite> result = freed_at_shutdown_;
   for (auto& entry : records_)
-    if (entry.second.role == Role::kParameter && entry.second.skipped) result.push_back({*entry.second.site});
+    if (entry.second.role == Role::kParameter && entry.second.skipped) result.push_back(*entry.second.site);
   return result;
 }
 

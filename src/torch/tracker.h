@@ -54,10 +54,6 @@ struct Stats {
   bool loading_ended = false;
 };
 
-struct PendingStorage {
-  SkipSite site;
-};
-
 class Tracker {
  public:
   static Tracker& instance();  // immortal: deleters run until the very end
@@ -84,7 +80,7 @@ class Tracker {
   // From here on, frees no longer resolve anything (the process is exiting).
   void begin_shutdown() { shutting_down_.store(true); }
   Stats stats();
-  std::vector<PendingStorage> pending();
+  std::vector<SkipSite> pending();
 
   // Called by tracked_deleter: forgets ctx and returns its original deleter.
   c10::DeleterFnPtr forget(void* context);
@@ -115,7 +111,7 @@ class Tracker {
 
   std::mutex mutex_;
   std::unordered_map<void*, Record> records_;  // by DataPtr context
-  std::vector<PendingStorage> freed_at_shutdown_;
+  std::vector<SkipSite> freed_at_shutdown_;
   Stats stats_;
   std::atomic<size_t> tracked_{0};
   std::atomic<size_t> pending_{0};

@@ -123,6 +123,7 @@ TEST(Tracker, CopyFromReceivedDataResolvesCopyFromLocalDataDoesNot) {
 
   at::Tensor flat = torch::randn({512});
   receive(flat);
+  EXPECT_EQ(tracker().decide_copy(param, flat.slice(0, 0, 256)), FSDPSKIP_RUN_NOTIFY);
   EXPECT_FALSE(tracker().loading()) << "the first broadcast after a tag ends the loading phase";
   tracker().copied(param, flat.slice(0, 0, 256));
   EXPECT_FALSE(tracker().is_pending(storage(param)));
@@ -164,12 +165,12 @@ TEST(Tracker, FreeResolvesAndShutdownFreesStayPending) {
   tracker().skipped(FSDPSKIP_FILL, *kept);
   tracker().begin_shutdown();
   delete kept;
-  std::vector<PendingStorage> pending = tracker().pending();
+  std::vector<SkipSite> pending = tracker().pending();
   ASSERT_EQ(pending.size(), 1u);
-  EXPECT_EQ(pending[0].site.shape, "8x4");
-  EXPECT_EQ(pending[0].site.bytes, 128u);
-  EXPECT_EQ(pending[0].site.first_kernel, FSDPSKIP_FILL);
-  EXPECT_GT(pending[0].site.depth, 0);
+  EXPECT_EQ(pending[0].shape, "8x4");
+  EXPECT_EQ(pending[0].bytes, 128u);
+  EXPECT_EQ(pending[0].first_kernel, FSDPSKIP_FILL);
+  EXPECT_GT(pending[0].depth, 0);
 }
 
 TEST(Tracker, ConversionOfSkippedStorageIsSkippedAndStaysSkipped) {

@@ -6,33 +6,23 @@ meta (no preload, the model built on meta and materialised: no init at all).
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 
+import launch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON = "/usr/bin/python3"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_job(build, size, style, variant, sync):
     with tempfile.TemporaryDirectory() as out:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FSDPSKIP") and k != "LD_PRELOAD"}
-        env["USE_LIBUV"] = "0"
         if variant == "on":
             env.update(LD_PRELOAD=os.path.join(build, "lib", "libfsdpskip.so"), FSDPSKIP="on")
-        command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--redirects", "2", "--tee", "2",
-                   "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-                   os.path.join(HERE, "load_model.py"), "--size", size, "--out", out, "--sync", sync,
-                   "--style", "meta" if variant == "meta" else style] + (["--verify"] if sync != "none" else [])
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        done = launch.run([os.path.join(HERE, "load_model.py"), "--size", size, "--out", out, "--sync", sync,
+                           "--style", "meta" if variant == "meta" else style] +
+                          (["--verify"] if sync != "none" else []), env)
         if done.returncode != 0:
             sys.exit("job failed (%s %s %s):\n%s" % (size, style, variant, done.stderr[-3000:]))
         ranks = [json.load(open(os.path.join(out, "rank%d.json" % r))) for r in (0, 1)]

@@ -1,0 +1,58 @@
+"""Starts an N-rank job on loopback as torchrun does, for the demo, the
+benchmarks and the tests alike.
+
+torchrun is used where it can start. Two facts of Debian's builds shape
+this: torch 1.13 on Python 3.11 crashes parsing torchrun's log-redirect flags
+unless they are given explicitly; torch 2.x is built without libuv, and
+torchrun's agent makes its TCPStore without consulting USE_LIBUV, so it cannot
+start at all. There the ranks are started directly with torchrun's own
+variables, and their output lines get torchrun's [default<rank>]: prefixes.
+"""
+import os
+import socket
+import subprocess
+
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch; the first on PATH may lack torch
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun_can_start(env):
+    probe = ("import torch.distributed as d, datetime; "
+             "d.TCPStore('127.0.0.1', 0, 1, True, datetime.timedelta(seconds=5), multi_tenant=True)")
+    return subprocess.run([PYTHON, "-c", probe], env=env, capture_output=True).returncode == 0
+
+
+_can_start = None
+
+
+def run(script_args, env, nproc=2, timeout=None):
+    """Runs `python script_args...` on nproc ranks; returns a CompletedProcess
+    whose stdout and stderr carry each rank's lines prefixed [default<rank>]:."""
+    global _can_start
+    env = dict(env, USE_LIBUV=env.get("USE_LIBUV", "0"))
+    if _can_start is None:
+        _can_start = _torchrun_can_start({k: v for k, v in env.items() if k != "LD_PRELOAD"})
+    if _can_start:
+        command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--redirects", "2",
+                   "--tee", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + script_args
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    port = free_port()
+    workers = []
+    for rank in range(nproc):
+        rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
+                        LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                        OMP_NUM_THREADS="1")
+        workers.append(subprocess.Popen([PYTHON] + script_args, env=rank_env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True))
+    stdout, stderr, status = [], [], 0
+    for rank, worker in enumerate(workers):
+        out, err = worker.communicate(timeout=timeout)
+        stdout += ["[default%d]:%s" % (rank, line) for line in out.splitlines()]
+        stderr += ["[default%d]:%s" % (rank, line) for line in err.splitlines()]
+        status = status or worker.returncode
+    return subprocess.CompletedProcess(script_args, status, "\n".join(stdout) + "\n", "\n".join(stderr) + "\n")
