@@ -1,7 +1,6 @@
 // The hook table (hooks.def) as data: ids, names, and the originals.
 #pragma once
 
-#include "../common/plugin_abi.h"
 
 namespace fsdpskip {
 
@@ -17,7 +16,6 @@ enum class HookId {
 struct Hook {
   const char* id;
   Library library;
-  fsdpskip_kernel kernel;
   const char* mangled;
   void* original;  // resolved once, then read with acquire loads
 };

@@ -18,7 +18,7 @@
 namespace fsdpskip {
 
 Hook g_hooks[] = {
-#define HOOK(id, library, shape, kernel, mangled) {#id, Library::library, kernel, mangled, nullptr},
+#define HOOK(id, library, shape, kernel, mangled) {#id, Library::library, mangled, nullptr},
 #include "hooks.def"
 #undef HOOK
 };
