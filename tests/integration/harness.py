@@ -38,7 +38,7 @@ def fsdpskip_lines(stderr):
     return [line for line in stderr.splitlines() if "fsdpskip:" in line]
 
 
-def torchrun(script_args, out_dir, nproc=2, preload=True, timeout=900, **variables):
+def torchrun(script_args, out_dir, nproc=2, preload=True, timeout=600, **variables):
     """A real multi-process job on loopback (tools/workloads/launch.py);
     returns (completed process, [rank JSON...])."""
     done = launch.run(script_args, environment(preload, **variables), nproc=nproc, timeout=timeout)
