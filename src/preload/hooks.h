@@ -1,7 +1,6 @@
 // The hook table (hooks.def) as data: ids, names, and the originals.
 #pragma once
 
-
 namespace fsdpskip {
 
 enum class Library { kTorchCpu, kC10, kTorchCuda };

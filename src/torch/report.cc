@@ -13,9 +13,6 @@
 namespace fsdpskip {
 namespace {
 
-constexpr const char* kKernelNames[FSDPSKIP_KERNEL_COUNT] = {"normal_", "uniform_", "zero_",
-                                                              "fill_",   "copy_",    "chain"};
-
 std::string format(const char* pattern, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char* pattern, ...) {
   char buffer[1024];
@@ -77,7 +74,7 @@ std::string summary_line(const ReportContext& context, const Stats& stats, size_
   std::string per_kernel;
   for (int k = 0; k < FSDPSKIP_KERNEL_COUNT; ++k) {
     calls += stats.calls[k];
-    if (stats.calls[k]) per_kernel += format("%s%s %llu", per_kernel.empty() ? "" : ", ", kKernelNames[k],
+    if (stats.calls[k]) per_kernel += format("%s%s %llu", per_kernel.empty() ? "" : ", ", kernel_name(static_cast<fsdpskip_kernel>(k)),
                                              static_cast<unsigned long long>(stats.calls[k]));
   }
   std::string line = format("fsdpskip: local rank %d pid %d: ", context.host->local_rank, context.pid);
@@ -106,7 +103,7 @@ std::string pending_line(const SkipSite& site) {
   std::string line = format("fsdpskip: error: pending storage %s %s on %s, %s: skipped (%s) and never received "
                             "rank 0's data; skipped at ",
                             site.shape.c_str(), site.dtype.c_str(), site.device.c_str(),
-                            bytes_text(site.bytes).c_str(), kKernelNames[site.first_kernel]);
+                            bytes_text(site.bytes).c_str(), kernel_name(site.first_kernel));
   std::vector<std::string> frames = symbolised(site);
   for (size_t i = 0; i < frames.size() && i < 6; ++i) line += (i ? " < " : "") + frames[i];
   return line + "\n";
@@ -120,7 +117,7 @@ std::string report_json(const ReportContext& context, const Stats& stats,
   json += format("  \"mode\": \"%s\",\n  \"loading_ended\": %s,\n  \"calls\": {", audit ? "audit" : "on",
                  stats.loading_ended ? "true" : "false");
   for (int k = 0; k < FSDPSKIP_KERNEL_COUNT; ++k)
-    json += format("%s\"%s\": %llu", k ? ", " : "", kKernelNames[k], static_cast<unsigned long long>(stats.calls[k]));
+    json += format("%s\"%s\": %llu", k ? ", " : "", kernel_name(static_cast<fsdpskip_kernel>(k)), static_cast<unsigned long long>(stats.calls[k]));
   auto number = [&](const char* name, uint64_t value) {
     json += format(",\n  \"%s\": %llu", name, static_cast<unsigned long long>(value));
   };
@@ -142,7 +139,7 @@ std::string report_json(const ReportContext& context, const Stats& stats,
     json += format("%s\n    {\"shape\": %s, \"dtype\": %s, \"device\": %s, \"bytes\": %zu, \"kernel\": \"%s\", "
                    "\"stack\": [",
                    i ? "," : "", json_string(site.shape).c_str(), json_string(site.dtype).c_str(),
-                   json_string(site.device).c_str(), site.bytes, kKernelNames[site.first_kernel]);
+                   json_string(site.device).c_str(), site.bytes, kernel_name(site.first_kernel));
     std::vector<std::string> frames = symbolised(site);
     for (size_t f = 0; f < frames.size(); ++f) json += (f ? ", " : "") + json_string(frames[f]);
     json += "]}";

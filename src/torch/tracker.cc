@@ -36,6 +36,12 @@ bool contiguous_range(const at::Tensor& tensor, char** begin, size_t* bytes) {
 
 }  // namespace
 
+const char* kernel_name(fsdpskip_kernel kernel) {
+  static const char* const kNames[FSDPSKIP_KERNEL_COUNT] = {"normal_", "uniform_", "zero_",
+                                                             "fill_",   "copy_",    "chain"};
+  return kernel < FSDPSKIP_KERNEL_COUNT ? kNames[kernel] : "?";
+}
+
 std::string shape_string(c10::IntArrayRef sizes) {
   std::string text;
   for (size_t i = 0; i < sizes.size(); ++i) text += (i ? "x" : "") + std::to_string(sizes[i]);
@@ -156,18 +162,18 @@ bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const 
   return true;
 }
 
-fsdpskip_verdict Tracker::traced(const char* kernel, const at::Tensor& tensor, fsdpskip_verdict verdict) {
-  if (log_level_ >= FSDPSKIP_LOG_TRACE && storage_of(tensor) != nullptr) {
+fsdpskip_verdict Tracker::traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict) {
+  if (log_level_ < FSDPSKIP_LOG_TRACE) return verdict;
+  if (c10::StorageImpl* storage = storage_of(tensor)) {
     static const char* const kVerdicts[] = {"run", "skip", "audit", "run"};
-    std::string what = std::string(kernel) + " -> " + kVerdicts[verdict] + ":";
-    log(FSDPSKIP_LOG_TRACE, what.c_str(), storage_of(tensor));
+    std::string what = std::string(kernel_name(kernel)) + " -> " + kVerdicts[verdict] + ":";
+    log(FSDPSKIP_LOG_TRACE, what.c_str(), storage);
   }
   return verdict;
 }
 
 fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& self) {
-  static const char* const kNames[] = {"normal_", "uniform_", "zero_", "fill_"};
-  return traced(kernel < 4 ? kNames[kernel] : "init", self, decide_init_untraced(kernel, self));
+  return traced(kernel, self, decide_init_untraced(kernel, self));
 }
 
 fsdpskip_verdict Tracker::decide_init_untraced(fsdpskip_kernel kernel, const at::Tensor& self) {
@@ -199,16 +205,16 @@ fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& s
   // A conversion of a skipped storage (model.to(dtype), .half()) stays skipped.
   c10::StorageImpl* source = storage_of(src);
   if (loading_now && pending != 0 && source != nullptr && is_pending(source))
-    return traced("copy_", dst, skip_verdict());
+    return traced(FSDPSKIP_COPY, dst, skip_verdict());
   // Rank 0's data arriving through a copy resolves its destination (copied()).
-  return traced("copy_", dst, tracked_.load() != 0 ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
+  return traced(FSDPSKIP_COPY, dst, tracked_.load() != 0 ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
 }
 
 fsdpskip_verdict Tracker::decide_chain(const at::Tensor& self, const at::Tensor& out) {
   if (pending_.load() == 0) return FSDPSKIP_RUN;
   c10::StorageImpl* storage = storage_of(out);
   if (storage == nullptr || storage != storage_of(self)) return FSDPSKIP_RUN;
-  return traced("chain", out, is_pending(storage) ? skip_verdict() : FSDPSKIP_RUN);
+  return traced(FSDPSKIP_CHAIN, out, is_pending(storage) ? skip_verdict() : FSDPSKIP_RUN);
 }
 
 void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {

@@ -107,7 +107,7 @@ class Tracker {
   fsdpskip_verdict decide_init_untraced(fsdpskip_kernel kernel, const at::Tensor& self);
   // One line on stderr at `level` (FSDPSKIP_LOG=debug: tags and skips; trace: every decision).
   void log(fsdpskip_log_level level, const char* what, const c10::StorageImpl* storage);
-  fsdpskip_verdict traced(const char* kernel, const at::Tensor& tensor, fsdpskip_verdict verdict);
+  fsdpskip_verdict traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict);
 
   std::mutex mutex_;
   std::unordered_map<void*, Record> records_;  // by DataPtr context
@@ -127,6 +127,9 @@ class Tracker {
 
 // Installed as the deleter of every tracked storage.
 void tracked_deleter(void* context);
+
+// "normal_", "copy_", "chain", ... as the summary and the report name them.
+const char* kernel_name(fsdpskip_kernel kernel);
 
 // "4096x1024" for a tensor's sizes.
 std::string shape_string(c10::IntArrayRef sizes);
