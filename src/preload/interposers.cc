@@ -109,7 +109,7 @@ inline Fn original_as(HookId id) {
     if (const fsdpskip_plugin* plugin = active_plugin()) plugin->requires_grad_set(impl); \
   }
 
-// at::native::set_data(Tensor& self, const Tensor& new_data)
+// at::TensorBase::set_data(this, const TensorBase& new_data)
 #define FORWARDER_SetData(id, kernel, mangled)                                   \
   EXPORT void hook_##id(void* self, const void* new_data) __asm__(mangled);     \
   void hook_##id(void* self, const void* new_data) {                            \

@@ -76,7 +76,7 @@ const fsdpskip_plugin kPlugin = {
     [](fsdpskip_kernel kernel, void* self, uint64_t ns) { Tracker::instance().audited(kernel, tensor(self), ns); },
     [](void* dst, const void* src) { Tracker::instance().copied(tensor(dst), tensor(src)); },
     [](void* impl) { Tracker::instance().requires_grad_set(static_cast<c10::TensorImpl*>(impl)); },
-    [](void* self) { Tracker::instance().data_set(tensor(self)); },
+    [](void* self) { Tracker::instance().data_set(*static_cast<const at::TensorBase*>(self)); },
     [](void* tensors) { Tracker::instance().broadcast_started(*static_cast<std::vector<at::Tensor>*>(tensors)); },
     finish,
 };

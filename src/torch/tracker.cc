@@ -20,7 +20,7 @@ namespace {
 // than a system call.
 constexpr size_t kLazyZeroMinBytes = size_t{1} << 20;
 
-c10::StorageImpl* storage_of(const at::Tensor& tensor) {
+c10::StorageImpl* storage_of(const at::TensorBase& tensor) {
   return tensor.defined() ? compat::storage_of(tensor.unsafeGetTensorImpl()) : nullptr;
 }
 
@@ -290,7 +290,7 @@ void Tracker::requires_grad_set(c10::TensorImpl* tensor) {
   if (loading()) tag(compat::storage_of(tensor));
 }
 
-void Tracker::data_set(const at::Tensor& self) {
+void Tracker::data_set(const at::TensorBase& self) {
   // `param.data = t` gives a parameter a new storage (to_empty, _apply).
   if (loading() && self.requires_grad() && self.is_leaf()) tag(storage_of(self));
 }

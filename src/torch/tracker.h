@@ -67,7 +67,7 @@ class Tracker {
   void audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds);
   void copied(const at::Tensor& dst, const at::Tensor& src);
   void requires_grad_set(c10::TensorImpl* tensor);
-  void data_set(const at::Tensor& self);
+  void data_set(const at::TensorBase& self);
   void broadcast_started(const std::vector<at::Tensor>& tensors);
 
   // Tags `storage` as a parameter's placeholder, if the loading phase lasts
