@@ -2,12 +2,15 @@
 preload and hand back what they printed. Paths come from ctest's environment."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 PRELOAD = os.environ["FSDPSKIP_PRELOAD"]
 PLUGIN = os.environ["FSDPSKIP_PLUGIN_FILE"]
 SOURCE_DIR = os.environ["FSDPSKIP_SOURCE_DIR"]
+COMMAND = os.environ["FSDPSKIP_COMMAND"]  # the fsdpskip command, in the build tree
+BUILD_DIR = os.environ["FSDPSKIP_BUILD_DIR"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOAD_MODEL = os.path.join(SOURCE_DIR, "tools", "workloads", "load_model.py")
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "workloads"))
@@ -38,10 +41,10 @@ def fsdpskip_lines(stderr):
     return [line for line in stderr.splitlines() if "fsdpskip:" in line]
 
 
-def torchrun(script_args, out_dir, nproc=2, preload=True, timeout=600, **variables):
+def torchrun(script_args, out_dir, nproc=2, preload=True, timeout=600, prefix=(), **variables):
     """A real multi-process job on loopback (tools/workloads/launch.py);
     returns (completed process, [rank JSON...])."""
-    done = launch.run(script_args, environment(preload, **variables), nproc=nproc, timeout=timeout)
+    done = launch.run(script_args, environment(preload, **variables), nproc=nproc, timeout=timeout, prefix=prefix)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = []
     for rank in range(nproc):
@@ -57,3 +60,15 @@ def rank_lines(done, rank):
     [default<rank>]:, to the agent's stdout and stderr."""
     prefix = "[default%d]:" % rank
     return [line[len(prefix):] for line in (done.stdout + done.stderr).splitlines() if line.startswith(prefix)]
+
+
+def foreign_plugin(directory):
+    """A copy of the plugin claiming another libtorch (build-id ...deadbeef,
+    torch 9.9.9): what a plugin built for another torch looks like."""
+    foreign = os.path.join(str(directory), "libfsdpskip_torch.so")
+    shutil.copy(PLUGIN, foreign)
+    identity = os.path.join(str(directory), "identity")
+    with open(identity, "w") as f:
+        f.write("build-id=00000000000000000000000000000000deadbeef\ntorch=9.9.9\nlibtorch=/elsewhere\n")
+    subprocess.run(["objcopy", "--update-section", ".fsdpskip_torch_id=%s" % identity, foreign], check=True)
+    return foreign

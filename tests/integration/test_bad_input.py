@@ -2,12 +2,10 @@
 and the user's program runs untouched."""
 import json
 import os
-import shutil
-import subprocess
 
 import pytest
 
-from harness import HERE, PLUGIN, PYTHON, fsdpskip_lines, run
+from harness import HERE, PYTHON, foreign_plugin, fsdpskip_lines, run
 
 SCENARIOS = os.path.join(HERE, "scenarios.py")
 
@@ -42,11 +40,7 @@ def test_missing_plugin_is_one_line_and_inert(tmp_path):
 def test_plugin_built_for_another_torch_is_refused_before_loading(tmp_path):
     """A plugin whose recorded libtorch differs must never be dlopened: it
     would map a second libtorch into the process."""
-    foreign = tmp_path / "libfsdpskip_torch.so"
-    shutil.copy(PLUGIN, str(foreign))
-    identity = tmp_path / "identity"
-    identity.write_text("build-id=00000000000000000000000000000000deadbeef\ntorch=9.9.9\nlibtorch=/elsewhere\n")
-    subprocess.run(["objcopy", "--update-section", ".fsdpskip_torch_id=%s" % identity, str(foreign)], check=True)
+    foreign = foreign_plugin(tmp_path)
     done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_PLUGIN=str(foreign))
     assert done.returncode == 0 and done.stdout == plain_output()
     lines = fsdpskip_lines(done.stderr)

@@ -30,9 +30,11 @@ def _torchrun_can_start(env):
 _can_start = None
 
 
-def run(script_args, env, nproc=2, timeout=None):
+def run(script_args, env, nproc=2, timeout=None, prefix=()):
     """Runs `python script_args...` on nproc ranks; returns a CompletedProcess
-    whose stdout and stderr carry each rank's lines prefixed [default<rank>]:."""
+    whose stdout and stderr carry each rank's lines prefixed [default<rank>]:.
+    `prefix` goes before the launcher (`fsdpskip run --`), or before each
+    rank where ranks are started directly, as srun would."""
     global _can_start
     env = dict(env, USE_LIBUV=env.get("USE_LIBUV", "0"))
     if _can_start is None:
@@ -40,14 +42,14 @@ def run(script_args, env, nproc=2, timeout=None):
     if _can_start:
         command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--redirects", "2",
                    "--tee", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + script_args
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(list(prefix) + command, env=env, capture_output=True, text=True, timeout=timeout)
     port = free_port()
     workers = []
     for rank in range(nproc):
         rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                         LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                         OMP_NUM_THREADS="1")
-        workers.append(subprocess.Popen([PYTHON] + script_args, env=rank_env, stdout=subprocess.PIPE,
+        workers.append(subprocess.Popen(list(prefix) + [PYTHON] + script_args, env=rank_env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True))
     stdout, stderr, status = [], [], 0
     for rank, worker in enumerate(workers):
@@ -56,3 +58,18 @@ def run(script_args, env, nproc=2, timeout=None):
         stderr += ["[default%d]:%s" % (rank, line) for line in err.splitlines()]
         status = status or worker.returncode
     return subprocess.CompletedProcess(script_args, status, "\n".join(stdout) + "\n", "\n".join(stderr) + "\n")
+
+
+if __name__ == "__main__":
+    # launch.py [--nproc N] -- SCRIPT ARGS...: for shell scripts (the module tests).
+    import argparse
+    import sys
+    parser = argparse.ArgumentParser(description="run SCRIPT on N ranks on loopback")
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("script", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    script = args.script[1:] if args.script[:1] == ["--"] else args.script
+    done = run(script, dict(os.environ), nproc=args.nproc, timeout=600)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    sys.exit(done.returncode)

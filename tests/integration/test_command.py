@@ -1,0 +1,216 @@
+"""The fsdpskip command: `run` in front of real launchers and programs,
+`report` over a real job's reports, `doctor` against the real torch (and ELF
+fixtures linked the ways that defeat interposition), and a relocated
+`cmake --install` tree."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from harness import (BUILD_DIR, COMMAND, LOAD_MODEL, PRELOAD, PYTHON, foreign_plugin, rank_lines, run,
+                     torchrun)
+
+LIBM = "/lib/x86_64-linux-gnu/libm.so.6"  # a real library that is harmless to preload
+
+
+def fsdpskip(*args, command=COMMAND, **variables):
+    return run([command] + list(args), preload=False, **variables)
+
+
+def printed_environment(done):
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+
+# --- run -------------------------------------------------------------------
+
+def test_run_puts_the_preload_first_and_keeps_what_was_there():
+    done = fsdpskip("run", "--", "env", LD_PRELOAD=LIBM)
+    assert done.returncode == 0, done.stderr
+    assert printed_environment(done)["LD_PRELOAD"] == PRELOAD + " " + LIBM
+
+
+def test_run_never_duplicates_the_preload():
+    done = fsdpskip("run", "--", "env", LD_PRELOAD="%s:%s" % (LIBM, os.path.realpath(PRELOAD)))
+    assert printed_environment(done)["LD_PRELOAD"] == PRELOAD + " " + LIBM
+
+
+def test_run_sets_only_the_variables_it_is_given():
+    done = fsdpskip("run", "--mode", "audit", "--log", "debug", "--report", "/tmp/r-%r.json", "--", "env")
+    variables = printed_environment(done)
+    assert (variables["FSDPSKIP"], variables["FSDPSKIP_LOG"], variables["FSDPSKIP_REPORT"]) == (
+        "audit", "debug", "/tmp/r-%r.json")
+    inherited = printed_environment(fsdpskip("run", "env", FSDPSKIP="on"))  # no "--" is fine too
+    assert inherited["FSDPSKIP"] == "on" and "FSDPSKIP_LOG" not in inherited
+
+
+def test_run_passes_the_exit_status_and_arguments_through():
+    done = fsdpskip("run", "--", "sh", "-c", 'echo "$@"; exit 7', "sh", "--mode", "x")
+    assert done.returncode == 7 and done.stdout == "--mode x\n"
+
+
+@pytest.mark.parametrize("args,status,needle", [
+    (["run", "--mode", "maybe", "--", "true"], 2, "--mode: maybe not in {auto,on,off,audit}"),
+    (["run", "--log", "loud", "--", "true"], 2, "--log: loud not in {quiet,summary,debug,trace}"),
+    (["run", "--"], 2, "fsdpskip run: no command given"),
+    (["run", "--", "/nonexistent/program"], 127, "fsdpskip run: cannot run '/nonexistent/program'"),
+    (["frobnicate"], 2, "frobnicate"),
+])
+def test_run_refuses_bad_arguments_with_one_clear_line(args, status, needle):
+    done = fsdpskip(*args)
+    assert done.returncode == status and needle in done.stderr and done.stdout == "", done.stderr
+
+
+def test_every_subcommand_has_help():
+    for subcommand in ("run", "doctor", "report"):
+        done = fsdpskip(subcommand, "--help")
+        assert done.returncode == 0 and "Usage:" in done.stdout and "--help" in done.stdout
+
+
+def test_two_rank_job_through_run_then_report(tmp_path):
+    """fsdpskip run -- torchrun …, then fsdpskip report over its reports."""
+    out, reports = tmp_path / "out", tmp_path / "reports"
+    out.mkdir()
+    reports.mkdir()
+    done, ranks = torchrun([LOAD_MODEL, "--out", str(out), "--size", "tiny", "--style", "hf4", "--sync", "ddp",
+                            "--verify"], str(out), preload=False,
+                           prefix=[COMMAND, "run", "--mode", "on", "--report", str(reports / "rank%r.json"), "--"])
+    assert [r["equal_to_rank0"] for r in ranks] == [True, True]
+    assert any(l.startswith("fsdpskip: local rank 1") and "pending 0" for l in rank_lines(done, 1))
+    assert os.listdir(str(reports)) == ["rank1.json"], "only rank 1 is active"
+
+    table = fsdpskip("report", str(reports))
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert "verdict: pass" in table.stdout
+    gathered = json.loads(fsdpskip("report", "--json", str(reports)).stdout)
+    assert gathered["verdict"] == "pass" and gathered["totals"]["pending"] == 0
+    [process] = gathered["processes"]
+    assert process["rank"] == 1 and process["local_rank"] == 1 and sum(process["calls"].values()) > 0
+    assert gathered["totals"]["skipped_calls"] == sum(process["calls"].values())
+
+
+# --- report ----------------------------------------------------------------
+
+def test_report_fails_when_a_storage_is_pending(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    torchrun([LOAD_MODEL, "--out", str(out), "--size", "tiny", "--style", "hf4", "--sync", "none", "--hold"],
+             str(out), FSDPSKIP="on", FSDPSKIP_LOG="quiet", FSDPSKIP_REPORT=str(tmp_path / "r-%l.json"))
+    table = fsdpskip("report", str(tmp_path / "r-1.json"))
+    assert table.returncode == 1
+    assert "FAIL:" in table.stdout and "pending" in table.stdout and "verdict: fail" in table.stdout
+    gathered = json.loads(fsdpskip("report", "--json", str(tmp_path / "r-1.json")).stdout)
+    assert gathered["verdict"] == "fail" and gathered["totals"]["pending"] > 0
+
+
+@pytest.mark.parametrize("name,content,needle", [
+    ("truncated.json", '{"schema": "fsdpskip-report", "schema_ver', "not JSON, or truncated"),
+    ("other.json", '{"schema": "something-else"}', "not a fsdpskip report"),
+    ("future.json", '{"schema": "fsdpskip-report", "schema_version": 2}', "schema version 2"),
+    ("r.json.partial.123", "{", "incomplete"),
+])
+def test_report_fails_on_a_report_it_cannot_vouch_for(tmp_path, name, content, needle):
+    (tmp_path / name).write_text(content)
+    done = fsdpskip("report", str(tmp_path))
+    assert done.returncode == 1 and needle in done.stdout and "verdict: fail" in done.stdout
+
+
+def test_report_without_reports_says_how_to_get_them(tmp_path):
+    done = fsdpskip("report", str(tmp_path))
+    assert done.returncode == 2 and "no reports" in done.stderr and "--report" in done.stderr
+    done = fsdpskip("report", str(tmp_path / "missing"))
+    assert done.returncode == 2 and "no such file or directory" in done.stderr
+
+
+# --- doctor ----------------------------------------------------------------
+
+def doctor_json(*args, **variables):
+    done = fsdpskip("doctor", "--json", *args, **variables)
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_doctor_passes_this_torch_with_every_probe(tmp_path):
+    status, result = doctor_json("--python", PYTHON)
+    checks = {c["check"]: c for c in result["checks"]}
+    assert status == 0 and result["verdict"] == "ok", json.dumps(result, indent=1)
+    import torch
+    assert result["torch"]["version"] == torch.__version__
+    probes = {name: c for name, c in checks.items() if name.startswith("probe ")}
+    for step in ("set_requires_grad", "normal_", "uniform_", "zero_", "fill_ (Scalar)", "fill_ (Tensor)", "set_data",
+                 "copy_ (conversion)", "trunc_normal_", "errors pass through", "gloo broadcast", "report"):
+        assert probes["probe " + step]["status"] == "ok", probes
+    symbols = [c for name, c in checks.items() if name.startswith("symbol ")]
+    assert sum(c["status"] == "ok" for c in symbols) >= 9
+    assert all(c["status"] != "FAIL" for c in symbols)
+    assert checks["plugin"]["status"] == "ok"
+    human = fsdpskip("doctor", "--python", PYTHON)
+    assert human.returncode == 0 and "verdict: fsdpskip can work with this torch" in human.stdout
+
+
+def test_doctor_names_a_plugin_built_for_another_torch(tmp_path):
+    status, result = doctor_json("--python", PYTHON, FSDPSKIP_PLUGIN=foreign_plugin(tmp_path))
+    plugin = next(c for c in result["checks"] if c["check"] == "plugin")
+    assert status == 1 and result["verdict"] == "fail"
+    assert plugin["status"] == "FAIL" and "built for torch 9.9.9" in plugin["detail"]
+    assert "-DTorch_DIR=" in plugin["detail"], "it says how to rebuild"
+
+
+@pytest.mark.parametrize("python,needle", [
+    ("/bin/false", "cannot import torch"),
+    ("/bin/true", "did not answer as a Python with torch would"),
+    ("/nonexistent/python3", "cannot import torch"),
+])
+def test_doctor_without_a_torch_says_so(python, needle):
+    status, result = doctor_json("--python", python)
+    assert status == 1 and needle in result["checks"][0]["detail"]
+
+
+def test_doctor_reads_a_libtorch_directory():
+    import torch
+    libdir = os.path.dirname(os.path.realpath(subprocess.run(
+        [PYTHON, "-c", "import torch, os\nfor l in open('/proc/self/maps'):\n"
+                       " p = l.split()[-1]\n if os.path.basename(p).startswith('libtorch_cpu.so'): print(p); break"],
+        capture_output=True, text=True).stdout.strip()))
+    status, result = doctor_json("--libtorch", libdir)
+    assert status == 0, json.dumps(result, indent=1)
+    assert result["torch"]["version"].split("+")[0][:3] == torch.__version__[:3]
+
+
+@pytest.mark.parametrize("variant,needles", [
+    ("symbolic", ["linked with -Bsymbolic", "calls it directly"]),
+    ("symbolic_functions", ["calls it directly (-Bsymbolic-functions or LTO)"]),
+])
+def test_doctor_detects_a_torch_that_binds_its_own_calls(variant, needles):
+    """ELF fixtures (tests/fixtures/bound_torch.cc) linked as such a torch would be."""
+    status, result = doctor_json("--libtorch", os.path.join(BUILD_DIR, "fixtures", variant))
+    failures = " | ".join(c["detail"] for c in result["checks"] if c["status"] == "FAIL")
+    assert status == 1
+    for needle in needles:
+        assert needle in failures
+    zero = next(c for c in result["checks"] if "[zero]" in c["check"])
+    assert zero["status"] == "FAIL"
+    _, linked_as_usual = doctor_json("--libtorch", os.path.join(BUILD_DIR, "fixtures", "plt"))
+    assert next(c for c in linked_as_usual["checks"] if "[zero]" in c["check"])["status"] == "ok"
+
+
+# --- install ---------------------------------------------------------------
+
+def test_installed_tree_works_after_it_is_moved(tmp_path):
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    install = subprocess.run(["cmake", "--install", BUILD_DIR, "--prefix", str(first)], capture_output=True,
+                             text=True)
+    assert install.returncode == 0, install.stderr
+    shutil.move(str(first), str(moved))
+    command = str(moved / "bin" / "fsdpskip")
+    for path in ("lib/libfsdpskip.so", "lib/libfsdpskip_torch.so", "share/fsdpskip/probe.py",
+                 "share/doc/fsdpskip/README.md"):
+        assert (moved / path).is_file(), path
+    status, result = doctor_json("--python", PYTHON, command=command)
+    assert status == 0, json.dumps(result, indent=1)
+    checks = {c["check"]: c["detail"] for c in result["checks"]}
+    assert checks["preload"] == str(moved / "lib" / "libfsdpskip.so")
+    assert checks["plugin"].startswith(str(moved / "lib" / "libfsdpskip_torch.so"))
+    done = fsdpskip("run", "--mode", "on", "--", PYTHON, os.path.join(os.path.dirname(__file__), "scenarios.py"),
+                    "hf_init_weights", command=command, FSDPSKIP_LOCAL_RANK="1")
+    assert done.returncode == 0 and "fsdpskip: local rank 1" in done.stderr and "skipped" in done.stderr

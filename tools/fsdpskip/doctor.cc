@@ -1,0 +1,380 @@
+// `fsdpskip doctor`: can fsdpskip work with this torch? Three questions, in
+// order: does the torch library export each interposed symbol and reach it
+// through a dynamic relocation (a -Bsymbolic or LTO build binds its calls
+// inside, out of LD_PRELOAD's reach); is a plugin built for exactly this
+// libtorch installed; and does a live run with FSDPSKIP=on on local rank 1
+// see every hook fire and skip.
+#include <cxxabi.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+#include <sstream>
+
+#include "../../src/common/plugin_abi.h"
+#include "commands.h"
+#include "elf_file.h"
+#include "layout.h"
+#include "subprocess.h"
+#include "text_table.h"
+
+namespace fsdpskip::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+enum class Library { kTorchCpu, kC10, kTorchCuda };
+
+struct HookRow {
+  const char* id;
+  Library library;
+  fsdpskip_kernel kernel;
+  const char* mangled;
+};
+
+// The preload's own table: the doctor checks exactly what is interposed.
+constexpr HookRow kHooks[] = {
+#define HOOK(id, library, shape, kernel, mangled) {#id, Library::library, kernel, mangled},
+#include "../../src/preload/hooks.def"
+#undef HOOK
+};
+
+enum class Status { kOk, kNotApplicable, kFail };
+
+struct Check {
+  std::string name;
+  Status status;
+  std::string detail;
+};
+
+const char* status_word(Status status) {
+  return status == Status::kOk ? "ok" : status == Status::kFail ? "FAIL" : "n/a";
+}
+
+struct Torch {
+  std::string origin;                // how it was found
+  std::string version = "unknown";
+  std::string libraries[3];          // by Library: libtorch_cpu, libc10, libtorch_cuda ("" when absent)
+  std::string cmake_prefix;          // for the rebuild advice
+};
+
+const std::string& library_path(const Torch& torch, Library library) {
+  return torch.libraries[static_cast<int>(library)];
+}
+
+const char* library_name(Library library) {
+  static const char* const kNames[] = {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so"};
+  return kNames[static_cast<int>(library)];
+}
+
+std::string demangled(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), free);
+  return status == 0 ? name.get() : mangled;
+}
+
+// Rows that differ only in how optional<Generator> is mangled are one
+// function in two releases: exactly one of them exists in any torch.
+std::string family(const std::string& id) {
+  for (const char* suffix : {"_c10_optional", "_std_optional"})
+    if (id.size() > strlen(suffix) && id.compare(id.size() - strlen(suffix), std::string::npos, suffix) == 0)
+      return id.substr(0, id.size() - strlen(suffix));
+  return id;
+}
+
+// What this environment would change in a probe or a query: none of ours.
+std::map<std::string, std::string> clean_environment() {
+  std::map<std::string, std::string> set;
+  for (const char* name : {"LD_PRELOAD", "FSDPSKIP", "FSDPSKIP_LOCAL_RANK", "FSDPSKIP_LOG", "FSDPSKIP_REPORT",
+                           "LOCAL_RANK", "RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                           "PALS_LOCAL_RANKID", "ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"})
+    set[name] = "";
+  return set;
+}
+
+class ScratchDirectory {
+ public:
+  ScratchDirectory() {
+    std::string pattern = (fs::temp_directory_path() / "fsdpskip-doctor.XXXXXX").string();
+    path_ = mkdtemp(pattern.data()) ? pattern : "";
+  }
+  ~ScratchDirectory() {
+    std::error_code ignored;
+    if (!path_.empty()) fs::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+constexpr char kLocateTorch[] = R"(
+import json, os, torch, torch.utils
+found = {}
+for line in open("/proc/self/maps"):
+    path = line.split()[-1] if len(line.split()) >= 6 else ""
+    for name in ("libtorch_cpu.so", "libc10.so", "libtorch_cuda.so"):
+        if os.path.basename(path).startswith(name):
+            found.setdefault(name, path)
+print(json.dumps({"version": torch.__version__, "libraries": found, "cmake_prefix": torch.utils.cmake_prefix_path}))
+)";
+
+std::optional<Torch> torch_of_python(const std::string& python, const std::string& scratch, std::string* error) {
+  Finished query = run_program({python, "-c", kLocateTorch}, clean_environment(), scratch, 120);
+  if (query.status != 0) {
+    std::string why = query.err;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    why = why.substr(why.rfind('\n') + 1);  // the exception's line
+    *error = python + " cannot import torch (" + (why.empty() ? "exit " + std::to_string(query.status) : why) +
+             "): name a Python with torch (--python) or a LibTorch directory (--libtorch)";
+    return std::nullopt;
+  }
+  json answer = json::parse(query.out, nullptr, false);
+  if (!answer.is_object() || !answer.contains("libraries") || !answer["libraries"].is_object()) {
+    *error = python + " ran but did not answer as a Python with torch would (got: " + query.out.substr(0, 80) + ")";
+    return std::nullopt;
+  }
+  Torch torch;
+  torch.origin = "python " + python;
+  torch.version = answer.value("version", "unknown");
+  torch.cmake_prefix = answer.value("cmake_prefix", "");
+  for (Library library : {Library::kTorchCpu, Library::kC10, Library::kTorchCuda})
+    torch.libraries[static_cast<int>(library)] = answer["libraries"].value(library_name(library), "");
+  if (library_path(torch, Library::kTorchCpu).empty()) {
+    *error = python + " imported torch " + torch.version + " but no libtorch_cpu.so was mapped";
+    return std::nullopt;
+  }
+  return torch;
+}
+
+// The first file in `directory` named `name` or `name`.<version>.
+std::string find_library_in(const std::string& directory, const std::string& name) {
+  std::error_code failure;
+  if (fs::exists(directory + "/" + name, failure)) return fs::canonical(directory + "/" + name, failure).string();
+  for (const auto& entry : fs::directory_iterator(directory, failure))
+    if (entry.path().filename().string().rfind(name + ".", 0) == 0) return entry.path().string();
+  return "";
+}
+
+std::optional<Torch> torch_of_libtorch(const std::string& directory, std::string* error) {
+  Torch torch;
+  torch.origin = "libtorch " + directory;
+  std::string lib;
+  for (const char* sub : {"/lib", "", "/lib/x86_64-linux-gnu", "/lib64"}) {
+    std::string candidate = directory + sub;
+    if (!find_library_in(candidate, "libtorch_cpu.so").empty()) {
+      lib = candidate;
+      break;
+    }
+  }
+  if (lib.empty()) {
+    *error = "no libtorch_cpu.so under " + directory + " (looked in lib/, ./, lib/x86_64-linux-gnu/, lib64/)";
+    return std::nullopt;
+  }
+  for (Library library : {Library::kTorchCpu, Library::kC10, Library::kTorchCuda})
+    torch.libraries[static_cast<int>(library)] = find_library_in(lib, library_name(library));
+  // LibTorch archives keep the CMake package in share/cmake/Torch, Debian in lib/<multiarch>/cmake/Torch.
+  for (const std::string& cmake : {directory + "/share/cmake", lib + "/cmake"}) {
+    std::string text = read_whole_file(cmake + "/Torch/TorchConfigVersion.cmake");
+    std::smatch match;
+    if (!std::regex_search(text, match, std::regex("PACKAGE_VERSION \"([^\"]+)\""))) continue;
+    torch.version = match[1];
+    torch.cmake_prefix = cmake;
+    break;
+  }
+  return torch;
+}
+
+// Each interposed row: exported by the library that defines it and reached
+// through a dynamic relocation from libtorch (what LD_PRELOAD redirects).
+void check_symbols(const Torch& torch, std::vector<Check>* checks) {
+  std::map<std::string, ElfFacts> facts;
+  for (Library library : {Library::kTorchCpu, Library::kC10, Library::kTorchCuda}) {
+    const std::string& path = library_path(torch, library);
+    if (path.empty()) continue;
+    std::string error;
+    if (auto read = read_elf_facts(path, &error)) {
+      facts[library_name(library)] = *read;
+      if (read->symbolic)
+        checks->push_back({std::string("linking of ") + library_name(library), Status::kFail,
+                           path + " was linked with -Bsymbolic: it binds its own calls, LD_PRELOAD cannot reach them"});
+    } else {
+      checks->push_back({std::string("reading ") + library_name(library), Status::kFail, error});
+    }
+  }
+  std::map<std::string, std::string> present_in_family;
+  for (const HookRow& row : kHooks) {
+    auto defining = facts.find(library_name(row.library));
+    if (defining != facts.end() && defining->second.exported.count(row.mangled)) present_in_family[family(row.id)] = row.id;
+  }
+  for (const HookRow& row : kHooks) {
+    std::string name = "symbol " + demangled(row.mangled).substr(0, demangled(row.mangled).find('(')) + " [" + row.id + "]";
+    Library caller = row.library == Library::kTorchCuda ? Library::kTorchCuda : Library::kTorchCpu;
+    auto defining = facts.find(library_name(row.library));
+    auto calling = facts.find(library_name(caller));
+    if (defining == facts.end()) {
+      checks->push_back({name, Status::kNotApplicable, std::string("no ") + library_name(row.library) + " in this torch"});
+      continue;
+    }
+    const ElfFacts& elf = defining->second;
+    if (!elf.exported.count(row.mangled)) {
+      auto other = present_in_family.find(family(row.id));
+      if (other != present_in_family.end())
+        checks->push_back({name, Status::kNotApplicable, "this release has the other mangling (" + other->second + ")"});
+      else if (row.kernel == FSDPSKIP_CHAIN)
+        checks->push_back({name, Status::kNotApplicable, "not in this release (trunc_normal_ does not use it)"});
+      else
+        checks->push_back({name, Status::kFail, std::string("not exported by ") + library_name(row.library) +
+                                                    ": this torch is not supported (hooks.def has no row for it)"});
+      continue;
+    }
+    if (elf.protected_.count(row.mangled)) {
+      checks->push_back({name, Status::kFail, "protected visibility: bound inside " + library_path(torch, row.library)});
+      continue;
+    }
+    if (calling == facts.end() || !calling->second.relocated.count(row.mangled)) {
+      checks->push_back({name, Status::kFail,
+                         std::string("exported, but ") + library_name(caller) +
+                             " calls it directly (-Bsymbolic-functions or LTO): LD_PRELOAD cannot reach those calls"});
+      continue;
+    }
+    checks->push_back({name, Status::kOk,
+                       std::string("exported by ") + library_name(row.library) + ", called through a relocation"});
+  }
+}
+
+std::string identity_field(const std::string& identity, const std::string& key) {
+  std::istringstream lines(identity);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+  return "";
+}
+
+std::string rebuild_advice(const Torch& torch, const Layout& layout) {
+  std::string torch_dir = torch.cmake_prefix.empty() ? "<LibTorch>/share/cmake" : torch.cmake_prefix;
+  return "rebuild it: cmake -S <fsdpskip source> -B build -DTorch_DIR=" + torch_dir +
+         "/Torch && cmake --build build -j && cmake --install build --prefix " + layout.root;
+}
+
+// True when a plugin built for exactly this libtorch is where the preload looks.
+bool check_plugin(const Torch& torch, const Layout& layout, std::vector<Check>* checks) {
+  if (access(layout.preload.c_str(), R_OK) != 0) {
+    checks->push_back({"preload", Status::kFail, layout.preload + " is missing: reinstall fsdpskip"});
+    return false;
+  }
+  checks->push_back({"preload", Status::kOk, layout.preload});
+  const char* override_path = getenv("FSDPSKIP_PLUGIN");
+  std::string plugin = override_path && *override_path ? override_path : layout.plugin;
+  std::string error, torch_error;
+  auto identity = read_elf_section(plugin, FSDPSKIP_TORCH_ID_SECTION, &error);
+  if (!identity) {
+    checks->push_back({"plugin", Status::kFail,
+                       (access(plugin.c_str(), R_OK) != 0 ? plugin + " is missing" : error) + "; " +
+                           rebuild_advice(torch, layout)});
+    return false;
+  }
+  auto libtorch = read_elf_facts(library_path(torch, Library::kTorchCpu), &torch_error);
+  std::string built_for = identity_field(*identity, "build-id"), version = identity_field(*identity, "torch");
+  if (!libtorch || libtorch->build_id.empty() || libtorch->build_id != built_for) {
+    checks->push_back({"plugin", Status::kFail,
+                       plugin + " was built for torch " + version + " (libtorch_cpu build-id " + built_for +
+                           "), this torch's is " + (libtorch ? libtorch->build_id : torch_error) + "; " +
+                           rebuild_advice(torch, layout)});
+    return false;
+  }
+  checks->push_back({"plugin", Status::kOk, plugin + " built for this libtorch (torch " + version + ")"});
+  return true;
+}
+
+void run_python_probe(const std::string& python, const Layout& layout, const std::string& scratch,
+                      std::vector<Check>* checks) {
+  std::map<std::string, std::string> set = clean_environment();
+  set["LD_PRELOAD"] = layout.preload;
+  set["FSDPSKIP"] = "on";
+  set["FSDPSKIP_LOCAL_RANK"] = "1";
+  set["FSDPSKIP_LOG"] = "trace";
+  set["FSDPSKIP_REPORT"] = scratch + "/report.json";
+  set["OMP_NUM_THREADS"] = "1";
+  Finished probe = run_program({python, layout.python_probe, scratch + "/store"}, set, scratch, 300);
+  std::istringstream lines(probe.out);
+  for (std::string line; std::getline(lines, line);) {
+    json step = json::parse(line, nullptr, false);
+    if (!step.is_object() || !step.contains("check")) continue;
+    checks->push_back({"probe " + step.value("check", "?"), step.value("ok", false) ? Status::kOk : Status::kFail,
+                       step.value("detail", "")});
+  }
+  if (probe.status != 0 || probe.timed_out) {
+    std::string tail = probe.err.size() > 400 ? probe.err.substr(probe.err.size() - 400) : probe.err;
+    checks->push_back({"probe run", Status::kFail,
+                       (probe.timed_out ? std::string("timed out") : "exit status " + std::to_string(probe.status)) +
+                           ": " + tail});
+    return;
+  }
+  json report = json::parse(read_whole_file(scratch + "/report.json"), nullptr, false);
+  if (!report.is_object()) {
+    checks->push_back({"probe report", Status::kFail, "the probe wrote no report: the plugin did not load"});
+    return;
+  }
+  bool ended = report.value("loading_ended", false);
+  uint64_t pending = report.value("pending_count", uint64_t{1}), storages = report.value("storages_skipped", uint64_t{0});
+  checks->push_back({"probe report", ended && pending == 0 && storages ? Status::kOk : Status::kFail,
+                     std::to_string(storages) + " storages skipped, loading " + (ended ? "ended at the broadcast" : "never ended") +
+                         ", " + std::to_string(pending) + " pending at exit"});
+}
+
+}  // namespace
+
+int doctor(const DoctorOptions& options) {
+  Layout layout = installed_layout();
+  ScratchDirectory scratch;
+  if (scratch.path().empty()) {
+    fprintf(stderr, "fsdpskip doctor: cannot create a scratch directory in %s\n", fs::temp_directory_path().c_str());
+    return 2;
+  }
+  std::string error;
+  std::optional<Torch> torch = options.libtorch.empty() ? torch_of_python(options.python, scratch.path(), &error)
+                                                        : torch_of_libtorch(options.libtorch, &error);
+  std::vector<Check> checks;
+  if (!torch) {
+    checks.push_back({"torch", Status::kFail, error});
+  } else {
+    checks.push_back({"torch", Status::kOk, torch->version + " (" + torch->origin + "): " +
+                                                library_path(*torch, Library::kTorchCpu)});
+    check_symbols(*torch, &checks);
+    bool plugin_matches = check_plugin(*torch, layout, &checks);
+    if (!options.libtorch.empty())
+      checks.push_back({"live probe", Status::kNotApplicable,
+                        "runs with --python: a LibTorch directory alone has no interpreter to probe with"});
+    else if (!plugin_matches)
+      checks.push_back({"live probe", Status::kNotApplicable, "not run: no plugin for this torch"});
+    else
+      run_python_probe(options.python, layout, scratch.path(), &checks);
+  }
+
+  bool ok = true;
+  for (const Check& check : checks) ok = ok && check.status != Status::kFail;
+  if (options.json) {
+    json out = {{"verdict", ok ? "ok" : "fail"}, {"checks", json::array()}};
+    if (torch)
+      out["torch"] = {{"version", torch->version}, {"origin", torch->origin},
+                      {"libtorch_cpu", library_path(*torch, Library::kTorchCpu)}};
+    for (const Check& check : checks)
+      out["checks"].push_back({{"check", check.name}, {"status", status_word(check.status)}, {"detail", check.detail}});
+    printf("%s\n", out.dump(2).c_str());
+  } else {
+    TextTable table({"check", "result", "detail"});
+    for (const Check& check : checks) table.add({check.name, status_word(check.status), check.detail});
+    printf("%sverdict: %s\n", table.render().c_str(),
+           ok ? "fsdpskip can work with this torch" : "fsdpskip cannot work as installed (see FAIL above)");
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace fsdpskip::cli

@@ -1,0 +1,23 @@
+// Where the parts of an installation are, relative to the `fsdpskip`
+// executable itself: the tree can be moved as a whole (the build tree has the
+// same shape as an installed one).
+//   <root>/bin/fsdpskip
+//   <root>/lib/libfsdpskip.so, <root>/lib/libfsdpskip_torch.so
+//   <root>/share/fsdpskip/probe.py
+#pragma once
+
+#include <string>
+
+namespace fsdpskip::cli {
+
+struct Layout {
+  std::string root;
+  std::string preload;  // libfsdpskip.so
+  std::string plugin;   // libfsdpskip_torch.so beside it (what the preload loads)
+  std::string python_probe;
+};
+
+// The layout around this executable (/proc/self/exe).
+Layout installed_layout();
+
+}  // namespace fsdpskip::cli

@@ -1,0 +1,123 @@
+"""The live probe of `fsdpskip doctor --python`: run by that Python under
+libfsdpskip.so with FSDPSKIP=on, FSDPSKIP_LOCAL_RANK=1 and FSDPSKIP_LOG=trace.
+Each step exercises one interposed symbol on a fresh parameter and reads the
+plugin's trace lines (fd 2) to see that the hook fired and skipped; values are
+checked too. Prints one JSON object per step on stdout; the doctor reads them,
+and the process's report (FSDPSKIP_REPORT) for what only exit can tell.
+
+usage: python probe.py STORE_FILE
+"""
+import json
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+N = 1 << 12  # small: the probe must be quick on any machine
+
+
+def captured(step):
+    """Runs step() with fd 2 going to a file; returns (result, error, lines)."""
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        result, error = None, None
+        try:
+            result = step()
+        except Exception as caught:  # reported, never raised: the probe goes on
+            error = caught
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        sink.seek(0)
+        return result, error, sink.read().decode(errors="replace").splitlines()
+
+
+def placeholder():
+    """A parameter over memory holding 7.0, as a loader's placeholder would."""
+    return torch.nn.Parameter(torch.full((N,), 7.0))
+
+
+def report(check, ok, detail):
+    print(json.dumps({"check": check, "ok": bool(ok), "detail": detail}), flush=True)
+
+
+def skipped_as(check, kernel, make, run):
+    """make() builds the tensor; run(t) inits it. Skipped: a '<kernel> -> skip'
+    trace line and the memory reads as zeros."""
+    tensor = make()
+    result, error, lines = captured(lambda: run(tensor))
+    if error is not None:
+        return report(check, False, "raised %s: %s" % (type(error).__name__, error))
+    target = result if isinstance(result, torch.Tensor) else tensor
+    fired = any(("%s -> skip" % kernel) in line for line in lines)
+    zero = bool((target.detach() == 0).all())
+    report(check, fired and zero, "skipped, reads as zeros" if fired and zero else
+           "hook %s, values %s" % ("fired" if fired else "never fired", "zero" if zero else "were written"))
+
+
+def main():
+    store = sys.argv[1]
+    kept = []  # every probed parameter: broadcast at the end, so none stays pending
+
+    # c10::TensorImpl::set_requires_grad: nn.Parameter tags its storage.
+    p = placeholder()
+    skipped_as("set_requires_grad", "normal_", lambda: p, lambda t: t.data.normal_())
+    kept.append(p)
+    for check, kernel, run in [
+        ("normal_", "normal_", lambda t: t.data.normal_(0.0, 0.02)),
+        ("uniform_", "uniform_", lambda t: t.data.uniform_(-1.0, 1.0)),
+        ("zero_", "zero_", lambda t: t.data.zero_()),
+        ("fill_ (Scalar)", "fill_", lambda t: t.data.fill_(3.0)),
+        ("fill_ (Tensor)", "fill_", lambda t: t.data.fill_(torch.tensor(3.0))),
+    ]:
+        kept.append(placeholder())
+        skipped_as(check, kernel, lambda: kept[-1], run)
+
+    # at::native::set_data: `param.data = t` moves the tag to the new storage.
+    def replaced():
+        q = torch.nn.Parameter(torch.empty(0))
+        q.data = torch.full((N,), 7.0)
+        kept.append(q)
+        return q
+    skipped_as("set_data", "normal_", replaced, lambda t: t.data.normal_())
+
+    # at::native::copy_: converting a skipped placeholder stays skipped.
+    source = placeholder()
+    source.data.normal_()
+    kept.append(source)
+    skipped_as("copy_ (conversion)", "copy_", lambda: source, lambda t: t.data.double())
+
+    # trunc_normal_: torch < 2.14 runs uniform_ then erfinv_, mul_, add_, clamp_ in place.
+    kept.append(placeholder())
+    _, error, lines = captured(lambda: torch.nn.init.trunc_normal_(kept[-1], std=0.02))
+    chain = any("chain -> skip" in line for line in lines)
+    zero = bool((kept[-1].detach() == 0).all())
+    report("trunc_normal_", error is None and zero,
+           "raised %s" % error if error else "skipped%s, reads as zeros" % (" with its chain" if chain else "")
+           if zero else "values were written")
+    report("chain (erfinv_, mul_, add_, clamp_)", chain or error is None and zero,
+           "skipped" if chain else "not used by this torch's trunc_normal_")
+
+    # torch's own argument checks still raise on a skipped call.
+    kept.append(placeholder())
+    _, error, _ = captured(lambda: kept[-1].data.normal_(0.0, -1.0))
+    report("errors pass through", isinstance(error, RuntimeError),
+           "normal_ with std < 0 raised RuntimeError" if isinstance(error, RuntimeError)
+           else "normal_ with std < 0 raised %r" % error)
+
+    # c10d::ProcessGroupGloo::broadcast: rank 0's data arrives, nothing stays pending.
+    def broadcast():
+        dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
+        for tensor in kept:
+            dist.broadcast(tensor.data, 0)
+    _, error, _ = captured(broadcast)
+    report("gloo broadcast", error is None, "raised %s" % error if error else "ran (the report confirms)")
+
+
+if __name__ == "__main__":
+    main()

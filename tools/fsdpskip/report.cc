@@ -1,0 +1,171 @@
+// `fsdpskip report`: the per-process JSON reports of a job (schema 1, see
+// the README) gathered into one table and one verdict. The verdict fails
+// when any process left a storage pending, or when a report cannot be read
+// (a process that died while writing leaves only its .partial file).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "text_table.h"
+
+namespace fsdpskip::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int kSchemaVersion = 1;
+
+struct Process {
+  std::string file;
+  json report;
+};
+
+struct Gathered {
+  std::vector<Process> processes;
+  std::vector<std::string> problems;  // unreadable, foreign or incomplete reports
+};
+
+uint64_t number(const json& report, const char* key) {
+  auto found = report.find(key);
+  return found != report.end() && found->is_number_unsigned() ? found->get<uint64_t>() : 0;
+}
+
+uint64_t skipped_calls(const json& report) {
+  uint64_t total = 0;
+  if (auto calls = report.find("calls"); calls != report.end() && calls->is_object())
+    for (const auto& [kernel, count] : calls->items())
+      if (count.is_number_unsigned()) total += count.get<uint64_t>();
+  return total;
+}
+
+void read_report(const fs::path& path, Gathered* gathered) {
+  std::ifstream in(path);
+  json report = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (report.is_discarded() || !report.is_object()) {
+    gathered->problems.push_back(path.string() + ": not JSON, or truncated");
+    return;
+  }
+  if (report.value("schema", "") != "fsdpskip-report") {
+    gathered->problems.push_back(path.string() + ": not a fsdpskip report (no \"schema\": \"fsdpskip-report\")");
+    return;
+  }
+  if (report.value("schema_version", 0) != kSchemaVersion) {
+    gathered->problems.push_back(path.string() + ": schema version " + report.value("schema_version", json()).dump() +
+                                 ", this fsdpskip reads version " + std::to_string(kSchemaVersion));
+    return;
+  }
+  gathered->processes.push_back({path.string(), std::move(report)});
+}
+
+bool is_partial(const fs::path& path) { return path.filename().string().find(".partial.") != std::string::npos; }
+
+Gathered gather(const std::vector<std::string>& inputs, std::string* error) {
+  Gathered gathered;
+  for (const std::string& input : inputs) {
+    std::error_code failure;
+    if (fs::is_directory(input, failure)) {
+      std::vector<fs::path> files;
+      for (const auto& entry : fs::recursive_directory_iterator(input, failure))
+        if (entry.is_regular_file()) files.push_back(entry.path());
+      std::sort(files.begin(), files.end());
+      for (const fs::path& file : files) {
+        if (is_partial(file))
+          gathered.problems.push_back(file.string() + ": incomplete (the process ended while writing its report)");
+        else if (file.extension() == ".json")
+          read_report(file, &gathered);
+      }
+    } else if (fs::exists(input, failure)) {
+      read_report(input, &gathered);
+    } else {
+      *error = input + ": no such file or directory";
+      return gathered;
+    }
+  }
+  if (gathered.processes.empty() && gathered.problems.empty())
+    *error = "no reports (*.json) found in " + inputs.front() + (inputs.size() > 1 ? " …" : "") +
+             ": run the job with FSDPSKIP_REPORT (or fsdpskip run --report)";
+  return gathered;
+}
+
+std::string integer(const json& value) { return value.is_number_integer() ? std::to_string(value.get<int64_t>()) : "?"; }
+
+}  // namespace
+
+int report(const ReportOptions& options) {
+  std::string error;
+  Gathered gathered = gather(options.inputs, &error);
+  if (!error.empty()) {
+    fprintf(stderr, "fsdpskip report: %s\n", error.c_str());
+    return 2;
+  }
+  std::sort(gathered.processes.begin(), gathered.processes.end(), [](const Process& a, const Process& b) {
+    auto key = [](const json& r) {
+      return std::make_tuple(r.value("host", ""), r.value("rank", -1), r.value("local_rank", -1), r.value("pid", 0));
+    };
+    return key(a.report) < key(b.report);
+  });
+
+  uint64_t calls = 0, never_committed = 0, resolved = 0, pending = 0;
+  std::vector<std::string> reasons = gathered.problems, notes;
+  for (const Process& process : gathered.processes) {
+    const json& r = process.report;
+    calls += skipped_calls(r);
+    never_committed += number(r, "bytes_never_committed");
+    resolved += number(r, "resolved_by_overwrite") + number(r, "resolved_by_free");
+    uint64_t pending_here = number(r, "pending_count");
+    pending += pending_here;
+    std::string who = r.value("host", "?") + " rank " + integer(r.value("rank", json())) + " pid " +
+                      integer(r.value("pid", json()));
+    if (pending_here)
+      reasons.push_back(who + ": " + std::to_string(pending_here) + " storage(s) pending: never received rank 0's data");
+    if (skipped_calls(r) && !r.value("loading_ended", false))
+      notes.push_back(who + ": skipped inits but saw no broadcast from rank 0");
+  }
+  bool pass = reasons.empty();
+
+  if (options.json) {
+    json out = {{"verdict", pass ? "pass" : "fail"},
+                {"reasons", reasons},
+                {"notes", notes},
+                {"totals",
+                 {{"processes", gathered.processes.size()},
+                  {"skipped_calls", calls},
+                  {"bytes_never_committed", never_committed},
+                  {"resolved", resolved},
+                  {"pending", pending}}},
+                {"processes", json::array()}};
+    for (const Process& process : gathered.processes) {
+      json row = process.report;
+      row["file"] = process.file;
+      out["processes"].push_back(std::move(row));
+    }
+    printf("%s\n", out.dump(2).c_str());
+    return pass ? 0 : 1;
+  }
+
+  TextTable table({"host", "rank", "local", "pid", "mode", "skipped calls", "never committed", "resolved", "pending"});
+  for (const Process& process : gathered.processes) {
+    const json& r = process.report;
+    table.add({r.value("host", "?"), integer(r.value("rank", json())), integer(r.value("local_rank", json())),
+               integer(r.value("pid", json())), r.value("mode", "?"), std::to_string(skipped_calls(r)),
+               human_bytes(number(r, "bytes_never_committed")),
+               std::to_string(number(r, "resolved_by_overwrite") + number(r, "resolved_by_free")),
+               std::to_string(number(r, "pending_count"))});
+  }
+  table.add({"all", "", "", "", "", std::to_string(calls), human_bytes(never_committed), std::to_string(resolved),
+             std::to_string(pending)});
+  printf("%s", table.render().c_str());
+  for (const std::string& note : notes) printf("note: %s\n", note.c_str());
+  for (const std::string& reason : reasons) printf("FAIL: %s\n", reason.c_str());
+  printf("verdict: %s (%zu process report%s)\n", pass ? "pass: every skipped storage received rank 0's data" : "fail",
+         gathered.processes.size(), gathered.processes.size() == 1 ? "" : "s");
+  return pass ? 0 : 1;
+}
+
+}  // namespace fsdpskip::cli

@@ -1,0 +1,60 @@
+// `fsdpskip run`: libfsdpskip.so first in LD_PRELOAD, the variables set,
+// then exec. Nothing else stays between the launcher and the program.
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "layout.h"
+
+namespace fsdpskip::cli {
+namespace {
+
+std::string canonical(const std::string& path) {
+  char resolved[PATH_MAX];
+  return realpath(path.c_str(), resolved) ? resolved : path;
+}
+
+}  // namespace
+
+std::string preload_list_with(const std::string& library, const char* existing) {
+  std::string ours = canonical(library), list = library;
+  // ld.so separates LD_PRELOAD entries with spaces or colons.
+  std::string entries = existing ? existing : "";
+  size_t start = 0;
+  while (start <= entries.size()) {
+    size_t end = entries.find_first_of(": ", start);
+    if (end == std::string::npos) end = entries.size();
+    std::string entry = entries.substr(start, end - start);
+    if (!entry.empty() && entry != library && canonical(entry) != ours) list += " " + entry;
+    start = end + 1;
+  }
+  return list;
+}
+
+int run_command(const RunOptions& options) {
+  Layout layout = installed_layout();
+  if (access(layout.preload.c_str(), R_OK) != 0) {
+    fprintf(stderr, "fsdpskip run: %s is missing: reinstall fsdpskip (cmake --install)\n", layout.preload.c_str());
+    return 127;
+  }
+  std::string preload = preload_list_with(layout.preload, getenv("LD_PRELOAD"));
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  if (!options.mode.empty()) setenv("FSDPSKIP", options.mode.c_str(), 1);
+  if (!options.report_template.empty()) setenv("FSDPSKIP_REPORT", options.report_template.c_str(), 1);
+  if (!options.log_level.empty()) setenv("FSDPSKIP_LOG", options.log_level.c_str(), 1);
+
+  std::vector<char*> argv;
+  for (const std::string& argument : options.command) argv.push_back(const_cast<char*>(argument.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  int error = errno;
+  fprintf(stderr, "fsdpskip run: cannot run '%s': %s\n", argv[0], strerror(error));
+  return error == ENOENT ? 127 : 126;  // as shells do
+}
+
+}  // namespace fsdpskip::cli
