@@ -46,3 +46,22 @@ def test_from_pretrained_under_accelerates_ram_efficient_loading(tmp_path, check
     assert len(summary) == 1 and "zeroed lazily" in summary[0], done.stderr[-2000:]
     assert re.search(r"pending 0$", summary[0])
     assert not any("fsdpskip" in line for line in rank_lines(done, 0))
+
+
+def test_fsdpskip_run_inside_accelerate_launch():
+    """`accelerate launch --no_python fsdpskip run -- python …`: the preload and
+    accelerate's variables reach the program; auto mode acts on them. One
+    process (accelerate's simple launcher): its multi-process launchers start
+    torchrun's agent, which cannot start on Debian's libuv-less torch."""
+    from harness import COMMAND
+    scenarios = os.path.join(HERE, "scenarios.py")
+    plain = run([PYTHON, scenarios, "hf_init_weights"], preload=False)
+    skipping = run([PYTHON, scenarios, "hf_init_weights"], FSDPSKIP="on", FSDPSKIP_LOCAL_RANK="1")
+    assert skipping.stdout != plain.stdout
+    done = run(["accelerate", "launch", "--cpu", "--num_processes", "1", "--no_python",
+                COMMAND, "run", "--", PYTHON, scenarios, "hf_init_weights"],
+               preload=False, HOME=os.environ.get("TMPDIR", "/tmp"), FSDPSKIP_LOCAL_RANK="1", **ACCELERATE_FSDP)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = [l for l in done.stderr.splitlines() if l.startswith("fsdpskip: local rank 1")]
+    assert len(summary) == 1 and "skipped" in summary[0] and "(none)" not in summary[0], done.stderr[-2000:]
+    assert skipping.stdout in done.stdout, "the program saw rank 1's skipped placeholders"
