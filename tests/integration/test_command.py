@@ -175,6 +175,13 @@ def test_doctor_reads_a_libtorch_directory():
     status, result = doctor_json("--libtorch", libdir)
     assert status == 0, json.dumps(result, indent=1)
     assert result["torch"]["version"].split("+")[0][:3] == torch.__version__[:3]
+    # The C++ probe (fsdpskip-probe, built with the plugin) ran every step.
+    probes = {c["check"]: c["status"] for c in result["checks"] if c["check"].startswith("probe ")}
+    for step in ("set_requires_grad", "normal_", "uniform_", "zero_", "fill_ (Scalar)", "fill_ (Tensor)", "set_data",
+                 "copy_ (conversion)", "trunc_normal_", "chain (erfinv_, mul_, add_, clamp_)", "errors pass through",
+                 "report"):
+        assert probes["probe " + step] == "ok", probes
+    assert probes["probe gloo broadcast"] == "n/a"
 
 
 @pytest.mark.parametrize("variant,needles", [
@@ -204,6 +211,7 @@ def test_installed_tree_works_after_it_is_moved(tmp_path):
     shutil.move(str(first), str(moved))
     command = str(moved / "bin" / "fsdpskip")
     for path in ("lib/libfsdpskip.so", "lib/libfsdpskip_torch.so", "share/fsdpskip/probe.py",
+                 "libexec/fsdpskip/fsdpskip-probe",
                  "share/doc/fsdpskip/README.md"):
         assert (moved / path).is_file(), path
     status, result = doctor_json("--python", PYTHON, command=command)

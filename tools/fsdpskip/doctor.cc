@@ -293,22 +293,27 @@ bool check_plugin(const Torch& torch, const Layout& layout, std::vector<Check>* 
   return true;
 }
 
-void run_python_probe(const std::string& python, const Layout& layout, const std::string& scratch,
-                      std::vector<Check>* checks) {
-  std::map<std::string, std::string> set = clean_environment();
+// Runs a probe (probe.py or fsdpskip-probe) under the preload and reads its
+// steps and its report. Rank 0's data arrives by broadcast in the Python
+// probe; the C++ one frees its parameters instead (`by_free`).
+void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::string> set, bool by_free,
+               const Layout& layout, const std::string& scratch, std::vector<Check>* checks) {
+  for (const auto& [name, value] : clean_environment()) set.emplace(name, value);
   set["LD_PRELOAD"] = layout.preload;
   set["FSDPSKIP"] = "on";
   set["FSDPSKIP_LOCAL_RANK"] = "1";
   set["FSDPSKIP_LOG"] = "trace";
   set["FSDPSKIP_REPORT"] = scratch + "/report.json";
   set["OMP_NUM_THREADS"] = "1";
-  Finished probe = run_program({python, layout.python_probe, scratch + "/store"}, set, scratch, 300);
+  Finished probe = run_program(argv, set, scratch, 300);
   std::istringstream lines(probe.out);
   for (std::string line; std::getline(lines, line);) {
     json step = json::parse(line, nullptr, false);
     if (!step.is_object() || !step.contains("check")) continue;
-    checks->push_back({"probe " + step.value("check", "?"), step.value("ok", false) ? Status::kOk : Status::kFail,
-                       step.value("detail", "")});
+    Status status = step["ok"].is_null() ? Status::kNotApplicable
+                    : step.value("ok", false)  ? Status::kOk
+                                               : Status::kFail;
+    checks->push_back({"probe " + step.value("check", "?"), status, step.value("detail", "")});
   }
   if (probe.status != 0 || probe.timed_out) {
     std::string tail = probe.err.size() > 400 ? probe.err.substr(probe.err.size() - 400) : probe.err;
@@ -324,8 +329,12 @@ void run_python_probe(const std::string& python, const Layout& layout, const std
   }
   bool ended = report.value("loading_ended", false);
   uint64_t pending = report.value("pending_count", uint64_t{1}), storages = report.value("storages_skipped", uint64_t{0});
-  checks->push_back({"probe report", ended && pending == 0 && storages ? Status::kOk : Status::kFail,
-                     std::to_string(storages) + " storages skipped, loading " + (ended ? "ended at the broadcast" : "never ended") +
+  uint64_t freed = report.value("resolved_by_free", uint64_t{0});
+  bool ok = pending == 0 && storages > 0 && (by_free ? freed == storages : ended);
+  checks->push_back({"probe report", ok ? Status::kOk : Status::kFail,
+                     std::to_string(storages) + " storages skipped, " +
+                         (by_free ? std::to_string(freed) + " resolved by free"
+                                  : std::string("loading ") + (ended ? "ended at the broadcast" : "never ended")) +
                          ", " + std::to_string(pending) + " pending at exit"});
 }
 
@@ -349,13 +358,18 @@ int doctor(const DoctorOptions& options) {
                                                 library_path(*torch, Library::kTorchCpu)});
     check_symbols(*torch, &checks);
     bool plugin_matches = check_plugin(*torch, layout, &checks);
-    if (!options.libtorch.empty())
-      checks.push_back({"live probe", Status::kNotApplicable,
-                        "runs with --python: a LibTorch directory alone has no interpreter to probe with"});
-    else if (!plugin_matches)
+    if (!plugin_matches) {
       checks.push_back({"live probe", Status::kNotApplicable, "not run: no plugin for this torch"});
-    else
-      run_python_probe(options.python, layout, scratch.path(), &checks);
+    } else if (options.libtorch.empty()) {
+      run_probe({options.python, layout.python_probe, scratch.path() + "/store"}, {}, false, layout, scratch.path(),
+                &checks);
+    } else if (access(layout.cpp_probe.c_str(), X_OK) != 0) {
+      checks.push_back({"live probe", Status::kFail, layout.cpp_probe + " is missing: reinstall fsdpskip"});
+    } else {
+      // The probe was built with the plugin, so against this very libtorch.
+      std::string lib = fs::path(library_path(*torch, Library::kTorchCpu)).parent_path().string();
+      run_probe({layout.cpp_probe}, {{"LD_LIBRARY_PATH", lib}}, true, layout, scratch.path(), &checks);
+    }
   }
 
   bool ok = true;

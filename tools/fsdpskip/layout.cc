@@ -11,7 +11,7 @@ Layout installed_layout() {
   for (int level = 0; level < 2; ++level) root = root.substr(0, root.rfind('/'));  // drop /bin/fsdpskip
   if (root.empty()) root = "/";
   return Layout{root, root + "/lib/libfsdpskip.so", root + "/lib/libfsdpskip_torch.so",
-                root + "/share/fsdpskip/probe.py"};
+                root + "/libexec/fsdpskip/fsdpskip-probe", root + "/share/fsdpskip/probe.py"};
 }
 
 }  // namespace fsdpskip::cli

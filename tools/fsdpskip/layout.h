@@ -3,7 +3,7 @@
 // same shape as an installed one).
 //   <root>/bin/fsdpskip
 //   <root>/lib/libfsdpskip.so, <root>/lib/libfsdpskip_torch.so
-//   <root>/share/fsdpskip/probe.py
+//   <root>/libexec/fsdpskip/fsdpskip-probe, <root>/share/fsdpskip/probe.py
 #pragma once
 
 #include <string>
@@ -14,7 +14,8 @@ struct Layout {
   std::string root;
   std::string preload;  // libfsdpskip.so
   std::string plugin;   // libfsdpskip_torch.so beside it (what the preload loads)
-  std::string python_probe;
+  std::string cpp_probe;     // doctor --libtorch's live probe (built with the plugin)
+  std::string python_probe;  // doctor --python's
 };
 
 // The layout around this executable (/proc/self/exe).

@@ -1,0 +1,135 @@
+// The live probe of `fsdpskip doctor --libtorch`: the C++ twin of probe.py,
+// built against the same libtorch as the plugin. Run under libfsdpskip.so
+// with FSDPSKIP=on, FSDPSKIP_LOCAL_RANK=1 and FSDPSKIP_LOG=trace, each step
+// exercises one interposed symbol on a fresh parameter, reads the plugin's
+// trace lines (fd 2) and checks the values; one JSON object per step on
+// stdout. LibTorch ships no gloo headers, so rank 0's data cannot be made to
+// arrive here: the probe frees its parameters instead, and the report must
+// show every skipped storage resolved by that free.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kElements = 1 << 12;
+
+struct Captured {
+  std::string error;  // what the step threw, "" when nothing
+  std::string trace;  // what was written to fd 2 meanwhile
+};
+
+Captured captured(const std::function<void()>& step) {
+  Captured result;
+  FILE* sink = tmpfile();
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fileno(sink), 2);
+  try {
+    step();
+  } catch (const c10::Error& error) {
+    result.error = std::string("c10::Error: ") + error.what_without_backtrace();
+  } catch (const std::exception& error) {
+    result.error = error.what();
+  }
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(sink);
+  char buffer[4096];
+  size_t count;
+  while ((count = fread(buffer, 1, sizeof buffer, sink)) > 0) result.trace.append(buffer, count);
+  fclose(sink);
+  result.error = result.error.substr(0, result.error.find('\n'));
+  return result;
+}
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) out += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+  return out + "\"";
+}
+
+// ok: "true", "false", or "null" for a step this probe cannot run.
+void report(const std::string& check, const char* ok, const std::string& detail) {
+  std::printf("{\"check\": %s, \"ok\": %s, \"detail\": %s}\n", quoted(check).c_str(), ok, quoted(detail).c_str());
+  std::fflush(stdout);
+}
+
+void report(const std::string& check, bool ok, const std::string& detail) {
+  report(check, ok ? "true" : "false", detail);
+}
+
+bool reads_as_zeros(const at::Tensor& tensor) { return tensor.detach().eq(0).all().item<bool>(); }
+
+// A parameter over memory holding 7.0, as a loader's placeholder would.
+at::Tensor placeholder() { return torch::full({kElements}, 7.0).set_requires_grad(true); }
+
+void skipped_as(const std::string& check, const std::string& kernel, const at::Tensor& tensor,
+                const std::function<at::Tensor(const at::Tensor&)>& run) {
+  at::Tensor result;
+  Captured step = captured([&] { result = run(tensor); });
+  if (!step.error.empty()) return report(check, false, "raised " + step.error);
+  bool fired = step.trace.find(kernel + " -> skip") != std::string::npos;
+  bool zero = reads_as_zeros(result.defined() ? result : tensor);
+  report(check, fired && zero,
+         fired && zero ? "skipped, reads as zeros"
+                       : std::string("hook ") + (fired ? "fired" : "never fired") + ", values " +
+                             (zero ? "zero" : "were written"));
+}
+
+}  // namespace
+
+int main() {
+  std::vector<at::Tensor> kept;
+  auto fresh = [&] { return kept.emplace_back(placeholder()); };
+
+  // c10::TensorImpl::set_requires_grad tags the storage.
+  skipped_as("set_requires_grad", "normal_", fresh(), [](const at::Tensor& t) { return t.data().normal_(); });
+  skipped_as("normal_", "normal_", fresh(), [](const at::Tensor& t) { return t.data().normal_(0.0, 0.02); });
+  skipped_as("uniform_", "uniform_", fresh(), [](const at::Tensor& t) { return t.data().uniform_(-1.0, 1.0); });
+  skipped_as("zero_", "zero_", fresh(), [](const at::Tensor& t) { return t.data().zero_(); });
+  skipped_as("fill_ (Scalar)", "fill_", fresh(), [](const at::Tensor& t) { return t.data().fill_(3.0); });
+  skipped_as("fill_ (Tensor)", "fill_", fresh(),
+             [](const at::Tensor& t) { return t.data().fill_(torch::tensor(3.0)); });
+
+  // at::TensorBase::set_data moves the tag to the new storage.
+  at::Tensor replaced = torch::empty({0}).set_requires_grad(true);
+  replaced.set_data(torch::full({kElements}, 7.0));
+  kept.push_back(replaced);
+  skipped_as("set_data", "normal_", replaced, [](const at::Tensor& t) { return t.data().normal_(); });
+
+  // at::native::copy_: converting a skipped placeholder stays skipped.
+  at::Tensor source = fresh();
+  captured([&] { source.data().normal_(); });
+  skipped_as("copy_ (conversion)", "copy_", source, [](const at::Tensor& t) { return t.data().to(torch::kDouble); });
+
+  // trunc_normal_ as torch.nn.init < 2.14 does it: uniform_, then in place
+  // erfinv_, mul_, add_, clamp_ (LibTorch's C++ API has no trunc_normal_).
+  at::Tensor truncated = fresh();
+  Captured chain = captured([&] {
+    torch::NoGradGuard no_grad;
+    truncated.uniform_(-0.9, 0.9).erfinv_().mul_(0.02 * std::sqrt(2.0)).add_(0.0).clamp_(-0.04, 0.04);
+  });
+  bool chain_skipped = chain.trace.find("chain -> skip") != std::string::npos;
+  report("trunc_normal_", chain.error.empty() && reads_as_zeros(truncated),
+         chain.error.empty() ? (reads_as_zeros(truncated) ? "skipped, reads as zeros" : "values were written")
+                             : "raised " + chain.error);
+  report("chain (erfinv_, mul_, add_, clamp_)", chain_skipped,
+         chain_skipped ? "skipped" : "the in-place steps ran on a skipped storage");
+
+  // torch's own argument checks still raise on a skipped call.
+  at::Tensor checked = fresh();
+  Captured error = captured([&] { checked.data().normal_(0.0, -1.0); });
+  report("errors pass through", !error.error.empty(),
+         error.error.empty() ? "normal_ with std < 0 raised nothing" : "normal_ with std < 0 raised " + error.error);
+
+  kept.clear();  // freed: each skipped storage is resolved (by free) in the report
+  source.reset(), replaced.reset(), truncated.reset(), checked.reset();
+  report("gloo broadcast", "null", "not probed from C++ (LibTorch has no gloo headers); parameters freed instead");
+  return 0;
+}
