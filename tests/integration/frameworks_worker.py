@@ -1,8 +1,14 @@
 """One rank of a real-framework loading job (torch 2.x with transformers and
-accelerate): `save DIR` writes a small Llama checkpoint; `load ...` loads it
-as accelerate's RAM-efficient FSDP loading does, syncs from rank 0 (DDP's
-constructor, or FSDP2's set_model_state_dict broadcasting rank 0's full state
-dict), and writes rank<N>.json."""
+accelerate), writing rank<N>.json:
+- `save DIR` writes a small Llama checkpoint;
+- `load ...` loads it as accelerate's RAM-efficient FSDP loading does and
+  syncs from rank 0 (DDP's constructor, or FSDP2's set_model_state_dict
+  broadcasting rank 0's full state dict);
+- `titan` is torchtitan's flow: the model built on meta on every rank,
+  fully_shard, to_empty, init_weights, then rank 0's checkpoint broadcast
+  into the shards;
+- `accelerate` loads with from_pretrained, then hands the model to
+  accelerate's own FSDP2 loader (fsdp2_load_full_state_dict)."""
 import argparse
 import hashlib
 import json
@@ -65,9 +71,92 @@ def load(args):
                    "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
 
 
+class TitanBlock(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.attention = nn.Linear(dim, dim, bias=False)
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.norm = nn.LayerNorm(dim)
+
+    def init_weights(self, std):
+        for linear in (self.attention, self.w1, self.w2):
+            nn.init.trunc_normal_(linear.weight, mean=0.0, std=std)
+        self.norm.reset_parameters()
+
+
+class Titan(nn.Module):
+    """torchtitan's shape: embedding, blocks, norm, output; init_weights()
+    does what its models do (normal_ embedding, trunc_normal_ linears)."""
+
+    def __init__(self, vocab=8000, dim=256, hidden=704, layers=4):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(TitanBlock(dim, hidden) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+
+    def init_weights(self):
+        nn.init.normal_(self.embedding.weight)
+        for layer in self.layers:
+            layer.init_weights(0.02)
+        self.norm.reset_parameters()
+        nn.init.trunc_normal_(self.output.weight, std=0.02)
+
+
+def shard(model, layers):
+    from torch.distributed.fsdp import fully_shard
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+
+
+def titan(args):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    with torch.device("meta"):
+        model = Titan()
+    shard(model, model.layers)
+    model.to_empty(device="cpu")
+    start = time.perf_counter()
+    with torch.no_grad():
+        model.init_weights()
+    seconds = time.perf_counter() - start
+    # Rank 0's checkpoint: a differently seeded model it alone builds.
+    if dist.get_rank() == 0:
+        torch.manual_seed(1)
+        full = Titan().state_dict()
+        expected = {name: digest(t) for name, t in full.items()}
+    else:
+        full, expected = {}, None
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    expected = gathered(expected)[0]
+    digests = {name: digest(p) for name, p in model.named_parameters()}
+    return model, {"init_seconds": seconds, "equal_to_rank0": digests == {k: expected[k] for k in digests},
+                   "all_finite": all(bool(torch.isfinite(p.full_tensor()).all()) for p in model.parameters())}
+
+
+def accelerate_load(args):
+    from accelerate import Accelerator
+    from accelerate.utils.fsdp_utils import fsdp2_load_full_state_dict
+    from transformers import LlamaForCausalLM
+    accelerator = Accelerator(cpu=True)
+    model = LlamaForCausalLM.from_pretrained(args.directory, dtype=torch.float32)
+    expected = {name: digest(p) for name, p in model.named_parameters()} if dist.get_rank() == 0 else None
+    full = model.state_dict() if accelerator.is_main_process else {}
+    # What accelerate's fsdp2_prepare_model does under cpu_ram_efficient_loading.
+    model = model.to(torch.device("meta"))
+    shard(model, model.model.layers)
+    fsdp2_load_full_state_dict(accelerator, model, full)
+    expected = gathered(expected)[0]
+    digests = {name: digest(p) for name, p in model.named_parameters()}
+    return model, {"equal_to_rank0": digests == {k: expected[k] for k in digests},
+                   "all_finite": all(bool(torch.isfinite(p.full_tensor() if hasattr(p, "full_tensor") else p).all())
+                                     for p in model.parameters())}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=("save", "load"))
+    parser.add_argument("command", choices=("save", "load", "titan", "accelerate"))
     parser.add_argument("--directory")
     parser.add_argument("--sync", choices=("ddp", "fsdp2"), default="ddp")
     parser.add_argument("--out")
@@ -77,7 +166,7 @@ def main():
     torch.set_num_threads(1)
     import transformers  # noqa: F401  imports done before anything is timed
     dist.init_process_group("gloo")
-    model, result = load(args)
+    model, result = {"load": load, "titan": titan, "accelerate": accelerate_load}[args.command](args)
     result["rank"] = dist.get_rank()
     with open(os.path.join(args.out, "rank%d.json" % dist.get_rank()), "w") as out:
         json.dump(result, out)

@@ -65,3 +65,37 @@ def test_fsdpskip_run_inside_accelerate_launch():
     summary = [l for l in done.stderr.splitlines() if l.startswith("fsdpskip: local rank 1")]
     assert len(summary) == 1 and "skipped" in summary[0] and "(none)" not in summary[0], done.stderr[-2000:]
     assert skipping.stdout in done.stdout, "the program saw rank 1's skipped placeholders"
+
+
+def worker_job(tmp_path, command, *args, preload=True, **variables):
+    out = tmp_path / ("%s-%s" % (command, preload))
+    out.mkdir()
+    return torchrun([WORKER, command, "--out", str(out)] + list(args), str(out), preload=preload, **variables)
+
+
+def test_fsdp2_torchtitan_flow(tmp_path):
+    """meta → fully_shard → to_empty → init_weights → rank 0's checkpoint
+    broadcast into the shards: rank 1's inits are skipped, every shard holds
+    rank 0's values afterwards, nothing pending."""
+    _, plain = worker_job(tmp_path, "titan", preload=False)
+    done, ranks = worker_job(tmp_path, "titan", FSDPSKIP="on")
+    for result in plain + ranks:
+        assert result["equal_to_rank0"] and result["all_finite"], result
+    summary = [l for l in rank_lines(done, 1) if l.startswith("fsdpskip: local rank 1")]
+    assert len(summary) == 1, done.stderr[-3000:]
+    assert re.search(r"skipped [1-9]\d* calls", summary[0]), summary[0]
+    assert re.search(r"pending 0$", summary[0]), summary[0]
+    assert not any("fsdpskip" in line for line in rank_lines(done, 0))
+
+
+def test_accelerates_fsdp2_loader(tmp_path, checkpoint):
+    """from_pretrained under accelerate's variables, then accelerate's own
+    fsdp2_load_full_state_dict (the model on meta, fully_shard, rank 0's
+    tensors broadcast): rank 1's placeholders were skipped and are freed by
+    the move to meta; every shard holds rank 0's values; nothing pending."""
+    _, plain = worker_job(tmp_path, "accelerate", "--directory", str(checkpoint), preload=False, **ACCELERATE_FSDP)
+    done, ranks = worker_job(tmp_path, "accelerate", "--directory", str(checkpoint), **ACCELERATE_FSDP)
+    for result in plain + ranks:
+        assert result["equal_to_rank0"] and result["all_finite"], result
+    summary = [l for l in rank_lines(done, 1) if l.startswith("fsdpskip: local rank 1")]
+    assert len(summary) == 1 and re.search(r"pending 0$", summary[0]), done.stderr[-3000:]
