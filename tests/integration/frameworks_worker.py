@@ -139,8 +139,12 @@ def accelerate_load(args):
     from accelerate import Accelerator
     from accelerate.utils.fsdp_utils import fsdp2_load_full_state_dict
     from transformers import LlamaForCausalLM
-    accelerator = Accelerator(cpu=True)
     model = LlamaForCausalLM.from_pretrained(args.directory, dtype=torch.float32)
+    # With ACCELERATE_USE_FSDP set, Accelerator refuses a CPU-only machine
+    # (test_frameworks shows it); without it, it gives the process state the
+    # FSDP2 loader needs. fsdpskip decided at process start, from the full set.
+    os.environ.pop("ACCELERATE_USE_FSDP")
+    accelerator = Accelerator(cpu=True)
     expected = {name: digest(p) for name, p in model.named_parameters()} if dist.get_rank() == 0 else None
     full = model.state_dict() if accelerator.is_main_process else {}
     # What accelerate's fsdp2_prepare_model does under cpu_ram_efficient_loading.
