@@ -25,9 +25,16 @@ constexpr int kHookCount = static_cast<int>(HookId::kCount);
 // The soname prefix of a library ("libtorch_cpu.so").
 const char* library_prefix(Library library);
 
-// The original definition of a hook, resolved on first use (thread-safe,
-// idempotent). Aborts with one line when torch defines no such symbol, which
-// cannot happen for a symbol that torch itself just called.
-void* original(HookId id);
+// Resolves a hook's original (thread-safe, idempotent). Aborts with one line
+// when torch defines no such symbol, which cannot happen for a symbol that
+// torch itself just called.
+void* resolve_original(HookId id);
+
+// The original definition of a hook: inline, so an interposer's common path
+// is one acquire load and the call.
+inline void* original(HookId id) {
+  void* address = __atomic_load_n(&g_hooks[static_cast<int>(id)].original, __ATOMIC_ACQUIRE);
+  return __builtin_expect(address != nullptr, 1) ? address : resolve_original(id);
+}
 
 }  // namespace fsdpskip

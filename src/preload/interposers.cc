@@ -51,44 +51,70 @@ inline Fn original_as(HookId id) {
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
+// Each hot forwarder is two functions: the exported one, whose inactive path
+// is a flag test and a tail call into the original (no frame to set up), and
+// active_<id>, out of line, with everything an active process does.
+#define ACTIVE_PATH(id) static __attribute__((noinline)) auto active_##id
+
 // normal_ / uniform_ (Tensor& self, double, double, optional<Generator>)
 #define FORWARDER_Random(id, kernel, mangled)                                                \
-  EXPORT void* hook_##id(void* self, double a, double b, void* generator) __asm__(mangled); \
-  void* hook_##id(void* self, double a, double b, void* generator) {                        \
-    auto fn = original_as<void* (*)(void*, double, double, void*)>(HookId::id);              \
+  using Fn_##id = void* (*)(void*, double, double, void*);                                  \
+  ACTIVE_PATH(id)(void* self, double a, double b, void* generator) -> void* {               \
+    auto fn = original_as<Fn_##id>(HookId::id);                                              \
     const fsdpskip_plugin* plugin = active_plugin();                                         \
     if (plugin == nullptr) return fn(self, a, b, generator);                                 \
     return dispatch(plugin->decide_init(kernel, self), plugin, kernel, self, self,          \
                     [&](void* t) { return fn(t, a, b, generator); });                        \
+  }                                                                                          \
+  EXPORT void* hook_##id(void* self, double a, double b, void* generator) __asm__(mangled); \
+  void* hook_##id(void* self, double a, double b, void* generator) {                        \
+    if (__builtin_expect(g_active, 0)) return active_##id(self, a, b, generator);            \
+    return original_as<Fn_##id>(HookId::id)(self, a, b, generator);                          \
   }
 
 // zero_ (Tensor& self)
 #define FORWARDER_Unary(id, kernel, mangled)                                                      \
-  EXPORT void* hook_##id(void* self) __asm__(mangled);                                           \
-  void* hook_##id(void* self) {                                                                  \
-    auto fn = original_as<void* (*)(void*)>(HookId::id);                                          \
+  using Fn_##id = void* (*)(void*);                                                              \
+  ACTIVE_PATH(id)(void* self) -> void* {                                                         \
+    auto fn = original_as<Fn_##id>(HookId::id);                                                   \
     const fsdpskip_plugin* plugin = active_plugin();                                              \
     if (plugin == nullptr) return fn(self);                                                       \
     return dispatch(plugin->decide_init(kernel, self), plugin, kernel, self, self, fn);          \
+  }                                                                                               \
+  EXPORT void* hook_##id(void* self) __asm__(mangled);                                           \
+  void* hook_##id(void* self) {                                                                  \
+    if (__builtin_expect(g_active, 0)) return active_##id(self);                                  \
+    return original_as<Fn_##id>(HookId::id)(self);                                                \
   }
 
 // fill_ (Tensor& self, const Scalar& or const Tensor& value)
 #define FORWARDER_Binary(id, kernel, mangled)                                               \
-  EXPORT void* hook_##id(void* self, const void* value) __asm__(mangled);                  \
-  void* hook_##id(void* self, const void* value) {                                         \
-    auto fn = original_as<void* (*)(void*, const void*)>(HookId::id);                       \
+  using Fn_##id = void* (*)(void*, const void*);                                           \
+  ACTIVE_PATH(id)(void* self, const void* value) -> void* {                                \
+    auto fn = original_as<Fn_##id>(HookId::id);                                             \
     const fsdpskip_plugin* plugin = active_plugin();                                        \
     if (plugin == nullptr) return fn(self, value);                                          \
     return dispatch(plugin->decide_init(kernel, self), plugin, kernel, self, self,         \
                     [&](void* t) { return fn(t, value); });                                 \
+  }                                                                                         \
+  EXPORT void* hook_##id(void* self, const void* value) __asm__(mangled);                  \
+  void* hook_##id(void* self, const void* value) {                                         \
+    if (__builtin_expect(g_active, 0)) return active_##id(self, value);                     \
+    return original_as<Fn_##id>(HookId::id)(self, value);                                   \
   }
 
 // copy_ (Tensor& self, const Tensor& src, bool non_blocking). A skipped copy
 // checks its arguments on two probes: one like self, one like src.
 #define FORWARDER_Copy(id, kernel, mangled)                                                      \
+  using Fn_##id = void* (*)(void*, const void*, bool);                                          \
   EXPORT void* hook_##id(void* self, const void* src, bool non_blocking) __asm__(mangled);      \
+  ACTIVE_PATH(id)(void* self, const void* src, bool non_blocking) -> void*;                     \
   void* hook_##id(void* self, const void* src, bool non_blocking) {                             \
-    auto fn = original_as<void* (*)(void*, const void*, bool)>(HookId::id);                      \
+    if (__builtin_expect(g_active, 0)) return active_##id(self, src, non_blocking);             \
+    return original_as<Fn_##id>(HookId::id)(self, src, non_blocking);                           \
+  }                                                                                             \
+  ACTIVE_PATH(id)(void* self, const void* src, bool non_blocking) -> void* {                    \
+    auto fn = original_as<Fn_##id>(HookId::id);                                                  \
     const fsdpskip_plugin* plugin = active_plugin();                                             \
     if (plugin == nullptr) return fn(self, src, non_blocking);                                   \
     fsdpskip_verdict verdict = plugin->decide_copy(self, src);                                   \

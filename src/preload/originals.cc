@@ -84,10 +84,10 @@ const void* self_base() {
 
 }  // namespace
 
-void* original(HookId id) {
+void* resolve_original(HookId id) {
   Hook& hook = g_hooks[static_cast<int>(id)];
   void* address = __atomic_load_n(&hook.original, __ATOMIC_ACQUIRE);
-  if (__builtin_expect(address != nullptr, 1)) return address;
+  if (address != nullptr) return address;
 
   const void* self = self_base();
   address = look_up(hook.mangled, library_prefix(hook.library), self);

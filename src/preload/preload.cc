@@ -158,8 +158,7 @@ __attribute__((constructor)) void initialise() {
 
 }  // namespace
 
-const fsdpskip_plugin* active_plugin() {
-  if (__builtin_expect(!g_active, 1)) return nullptr;
+const fsdpskip_plugin* loaded_plugin() {
   // The common case, once loaded: one load, no TLS lookup, no pthread_once.
   if (const fsdpskip_plugin* plugin = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE)) return plugin;
   if (__atomic_load_n(&g_loading, __ATOMIC_ACQUIRE) && pthread_equal(g_loading_thread, pthread_self())) return nullptr;

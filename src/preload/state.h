@@ -12,8 +12,15 @@ namespace fsdpskip {
 extern bool g_active;
 extern Options g_options;
 
-// The plugin, loaded on first use in an active process; nullptr when this
-// process is inactive or the plugin cannot serve it (one line says why).
-const fsdpskip_plugin* active_plugin();
+// The plugin of an active process, loaded on first use; nullptr when it
+// cannot serve this process (one line says why).
+const fsdpskip_plugin* loaded_plugin();
+
+// nullptr in an inactive process (inline: an interposer's common path is one
+// load of g_active and the original's call), else loaded_plugin().
+inline const fsdpskip_plugin* active_plugin() {
+  if (__builtin_expect(!g_active, 1)) return nullptr;
+  return loaded_plugin();
+}
 
 }  // namespace fsdpskip

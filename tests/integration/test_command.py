@@ -31,8 +31,12 @@ def test_run_puts_the_preload_first_and_keeps_what_was_there():
     assert printed_environment(done)["LD_PRELOAD"] == PRELOAD + " " + LIBM
 
 
-def test_run_never_duplicates_the_preload():
+def test_run_never_duplicates_the_preload(tmp_path):
     done = fsdpskip("run", "--", "env", LD_PRELOAD="%s:%s" % (LIBM, os.path.realpath(PRELOAD)))
+    assert printed_environment(done)["LD_PRELOAD"] == PRELOAD + " " + LIBM
+    other_build = tmp_path / "libfsdpskip.so"  # another install's copy goes too
+    shutil.copy(PRELOAD, str(other_build))
+    done = fsdpskip("run", "--", "env", LD_PRELOAD="%s %s" % (other_build, LIBM))
     assert printed_environment(done)["LD_PRELOAD"] == PRELOAD + " " + LIBM
 
 

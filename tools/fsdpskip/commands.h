@@ -16,7 +16,7 @@ struct RunOptions {
 int run_command(const RunOptions& options);
 
 // LD_PRELOAD with `library` first, the other entries kept in order, and any
-// entry naming the same file as `library` dropped. Exposed for the unit tests.
+// other libfsdpskip.so (this one or another install's) dropped.
 std::string preload_list_with(const std::string& library, const char* existing);
 
 struct DoctorOptions {

@@ -19,10 +19,14 @@ std::string canonical(const std::string& path) {
   return realpath(path.c_str(), resolved) ? resolved : path;
 }
 
+std::string file_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
 }  // namespace
 
 std::string preload_list_with(const std::string& library, const char* existing) {
-  std::string ours = canonical(library), list = library;
+  // Any libfsdpskip.so already there goes, whichever build it is: a second
+  // copy would interpose nothing and report an idle plugin at exit.
+  std::string name = file_name(library), list = library;
   // ld.so separates LD_PRELOAD entries with spaces or colons.
   std::string entries = existing ? existing : "";
   size_t start = 0;
@@ -30,7 +34,7 @@ std::string preload_list_with(const std::string& library, const char* existing) 
     size_t end = entries.find_first_of(": ", start);
     if (end == std::string::npos) end = entries.size();
     std::string entry = entries.substr(start, end - start);
-    if (!entry.empty() && entry != library && canonical(entry) != ours) list += " " + entry;
+    if (!entry.empty() && file_name(entry) != name && file_name(canonical(entry)) != name) list += " " + entry;
     start = end + 1;
   }
   return list;
