@@ -27,11 +27,12 @@ const char* const kRankVariables[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_R
                                       "PALS_RANKID"};
 const int kRankVariableCount = sizeof kRankVariables / sizeof *kRankVariables;
 
-namespace {
-
 // accelerate sets both when RAM-efficient FSDP loading is on; transformers'
 // is_fsdp_enabled() checks the same two.
 const char* const kAutoRequires[] = {"ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"};
+const int kAutoRequiresCount = sizeof kAutoRequires / sizeof *kAutoRequires;
+
+namespace {
 
 bool equals_any_case(const char* a, const char* b) { return strcasecmp(a, b) == 0; }
 

@@ -38,5 +38,8 @@ extern const char* const kLocalRankVariables[];
 extern const int kLocalRankVariableCount;
 extern const char* const kRankVariables[];
 extern const int kRankVariableCount;
+// What `auto` requires to be true.
+extern const char* const kAutoRequires[];
+extern const int kAutoRequiresCount;
 
 }  // namespace fsdpskip

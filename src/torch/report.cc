@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "../common/bytes_text.h"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -21,14 +23,6 @@ std::string format(const char* pattern, ...) {
   vsnprintf(buffer, sizeof buffer, pattern, args);
   va_end(args);
   return buffer;
-}
-
-std::string bytes_text(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 4) value /= 1024, ++unit;
-  return unit ? format("%.2f %s", value, units[unit]) : format("%llu B", static_cast<unsigned long long>(bytes));
 }
 
 std::string json_string(const std::string& text) {

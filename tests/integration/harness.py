@@ -12,6 +12,8 @@ SOURCE_DIR = os.environ["FSDPSKIP_SOURCE_DIR"]
 COMMAND = os.environ["FSDPSKIP_COMMAND"]  # the fsdpskip command, in the build tree
 BUILD_DIR = os.environ["FSDPSKIP_BUILD_DIR"]
 HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIOS = os.path.join(HERE, "scenarios.py")
+LIBM = "/lib/x86_64-linux-gnu/libm.so.6"  # a real library that is harmless to preload
 LOAD_MODEL = os.path.join(SOURCE_DIR, "tools", "workloads", "load_model.py")
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "workloads"))
 import launch  # noqa: E402

@@ -5,9 +5,7 @@ import os
 
 import pytest
 
-from harness import HERE, PYTHON, foreign_plugin, fsdpskip_lines, run
-
-SCENARIOS = os.path.join(HERE, "scenarios.py")
+from harness import PYTHON, SCENARIOS, foreign_plugin, fsdpskip_lines, run
 
 
 def plain_output():

@@ -9,10 +9,8 @@ import subprocess
 
 import pytest
 
-from harness import (BUILD_DIR, COMMAND, LOAD_MODEL, PRELOAD, PYTHON, foreign_plugin, rank_lines, run,
-                     torchrun)
-
-LIBM = "/lib/x86_64-linux-gnu/libm.so.6"  # a real library that is harmless to preload
+from harness import (BUILD_DIR, COMMAND, LIBM, LOAD_MODEL, PRELOAD, PYTHON, SCENARIOS, foreign_plugin, rank_lines,
+                     run, torchrun)
 
 
 def fsdpskip(*args, command=COMMAND, **variables):
@@ -224,6 +222,6 @@ def test_installed_tree_works_after_it_is_moved(tmp_path):
     checks = {c["check"]: c["detail"] for c in result["checks"]}
     assert checks["preload"] == str(moved / "lib" / "libfsdpskip.so")
     assert checks["plugin"].startswith(str(moved / "lib" / "libfsdpskip_torch.so"))
-    done = fsdpskip("run", "--mode", "on", "--", PYTHON, os.path.join(os.path.dirname(__file__), "scenarios.py"),
-                    "hf_init_weights", command=command, FSDPSKIP_LOCAL_RANK="1")
+    done = fsdpskip("run", "--mode", "on", "--", PYTHON, SCENARIOS, "hf_init_weights", command=command,
+                    FSDPSKIP_LOCAL_RANK="1")
     assert done.returncode == 0 and "fsdpskip: local rank 1" in done.stderr and "skipped" in done.stderr

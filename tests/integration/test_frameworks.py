@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from harness import HERE, PYTHON, rank_lines, run, torchrun
+from harness import COMMAND, HERE, PYTHON, SCENARIOS, rank_lines, run, torchrun
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -22,11 +22,15 @@ def checkpoint(tmp_path_factory):
     return directory
 
 
-def load_job(tmp_path, checkpoint, sync, preload):
-    out = tmp_path / ("%s-%s" % (sync, preload))
+def worker_job(tmp_path, command, *args, preload=True, **variables):
+    out = tmp_path / ("%s-%s" % (command, preload))
     out.mkdir()
-    return torchrun([WORKER, "load", "--directory", str(checkpoint), "--sync", sync, "--out", str(out)], str(out),
-                    preload=preload, **ACCELERATE_FSDP)
+    return torchrun([WORKER, command, "--out", str(out)] + list(args), str(out), preload=preload, **variables)
+
+
+def load_job(tmp_path, checkpoint, sync, preload):
+    return worker_job(tmp_path, "load", "--directory", str(checkpoint), "--sync", sync, preload=preload,
+                      **ACCELERATE_FSDP)
 
 
 @pytest.mark.parametrize("sync", ["ddp", "fsdp2"])
@@ -53,24 +57,17 @@ def test_fsdpskip_run_inside_accelerate_launch():
     accelerate's variables reach the program; auto mode acts on them. One
     process (accelerate's simple launcher): its multi-process launchers start
     torchrun's agent, which cannot start on Debian's libuv-less torch."""
-    from harness import COMMAND
-    scenarios = os.path.join(HERE, "scenarios.py")
-    plain = run([PYTHON, scenarios, "hf_init_weights"], preload=False)
-    skipping = run([PYTHON, scenarios, "hf_init_weights"], FSDPSKIP="on", FSDPSKIP_LOCAL_RANK="1")
+    plain = run([PYTHON, SCENARIOS, "hf_init_weights"], preload=False)
+    skipping = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", FSDPSKIP_LOCAL_RANK="1")
     assert skipping.stdout != plain.stdout
     done = run(["accelerate", "launch", "--cpu", "--num_processes", "1", "--no_python",
-                COMMAND, "run", "--", PYTHON, scenarios, "hf_init_weights"],
+                COMMAND, "run", "--", PYTHON, SCENARIOS, "hf_init_weights"],
                preload=False, HOME=os.environ.get("TMPDIR", "/tmp"), FSDPSKIP_LOCAL_RANK="1", **ACCELERATE_FSDP)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = [l for l in done.stderr.splitlines() if l.startswith("fsdpskip: local rank 1")]
     assert len(summary) == 1 and "skipped" in summary[0] and "(none)" not in summary[0], done.stderr[-2000:]
     assert skipping.stdout in done.stdout, "the program saw rank 1's skipped placeholders"
 
-
-def worker_job(tmp_path, command, *args, preload=True, **variables):
-    out = tmp_path / ("%s-%s" % (command, preload))
-    out.mkdir()
-    return torchrun([WORKER, command, "--out", str(out)] + list(args), str(out), preload=preload, **variables)
 
 
 def test_fsdp2_torchtitan_flow(tmp_path):

@@ -13,11 +13,9 @@ import subprocess
 
 import pytest
 
-from harness import BUILD_DIR, LOAD_MODEL, PYTHON, SOURCE_DIR, environment
+from harness import BUILD_DIR, LIBM, LOAD_MODEL, PYTHON, SCENARIOS, SOURCE_DIR, environment
 
-LIBM = "/lib/x86_64-linux-gnu/libm.so.6"  # a real library that is harmless to preload
 LAUNCH = os.path.join(SOURCE_DIR, "tools", "workloads", "launch.py")
-SCENARIOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios.py")
 VERSION = "0.1.0"
 
 

@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "elf_file.h"
 #include "layout.h"
+#include "options.h"
 #include "subprocess.h"
 #include "text_table.h"
 
@@ -89,13 +90,15 @@ std::string family(const std::string& id) {
   return id;
 }
 
-// What this environment would change in a probe or a query: none of ours.
+// What this environment would change in a probe or a query: none of the
+// variables the policy reads (options.cc's lists), no preload. FSDPSKIP_PLUGIN
+// stays: the doctor checks the plugin the user would get.
 std::map<std::string, std::string> clean_environment() {
   std::map<std::string, std::string> set;
-  for (const char* name : {"LD_PRELOAD", "FSDPSKIP", "FSDPSKIP_LOCAL_RANK", "FSDPSKIP_LOG", "FSDPSKIP_REPORT",
-                           "LOCAL_RANK", "RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                           "PALS_LOCAL_RANKID", "ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"})
-    set[name] = "";
+  for (const char* name : {"LD_PRELOAD", "FSDPSKIP", "FSDPSKIP_LOG", "FSDPSKIP_REPORT"}) set[name] = "";
+  for (int i = 0; i < kLocalRankVariableCount; ++i) set[kLocalRankVariables[i]] = "";
+  for (int i = 0; i < kRankVariableCount; ++i) set[kRankVariables[i]] = "";
+  for (int i = 0; i < kAutoRequiresCount; ++i) set[kAutoRequires[i]] = "";
   return set;
 }
 
@@ -194,7 +197,8 @@ std::optional<Torch> torch_of_libtorch(const std::string& directory, std::string
 
 // Each interposed row: exported by the library that defines it and reached
 // through a dynamic relocation from libtorch (what LD_PRELOAD redirects).
-void check_symbols(const Torch& torch, std::vector<Check>* checks) {
+// Returns libtorch_cpu's GNU build-id ("" when it could not be read).
+std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
   std::map<std::string, ElfFacts> facts;
   for (Library library : {Library::kTorchCpu, Library::kC10, Library::kTorchCuda}) {
     const std::string& path = library_path(torch, library);
@@ -215,7 +219,8 @@ void check_symbols(const Torch& torch, std::vector<Check>* checks) {
     if (defining != facts.end() && defining->second.exported.count(row.mangled)) present_in_family[family(row.id)] = row.id;
   }
   for (const HookRow& row : kHooks) {
-    std::string name = "symbol " + demangled(row.mangled).substr(0, demangled(row.mangled).find('(')) + " [" + row.id + "]";
+    std::string function = demangled(row.mangled);
+    std::string name = "symbol " + function.substr(0, function.find('(')) + " [" + row.id + "]";
     Library caller = row.library == Library::kTorchCuda ? Library::kTorchCuda : Library::kTorchCpu;
     auto defining = facts.find(library_name(row.library));
     auto calling = facts.find(library_name(caller));
@@ -248,6 +253,8 @@ void check_symbols(const Torch& torch, std::vector<Check>* checks) {
     checks->push_back({name, Status::kOk,
                        std::string("exported by ") + library_name(row.library) + ", called through a relocation"});
   }
+  auto libtorch = facts.find(library_name(Library::kTorchCpu));
+  return libtorch != facts.end() ? libtorch->second.build_id : "";
 }
 
 std::string identity_field(const std::string& identity, const std::string& key) {
@@ -263,8 +270,10 @@ std::string rebuild_advice(const Torch& torch, const Layout& layout) {
          "/Torch && cmake --build build -j && cmake --install build --prefix " + layout.root;
 }
 
-// True when a plugin built for exactly this libtorch is where the preload looks.
-bool check_plugin(const Torch& torch, const Layout& layout, std::vector<Check>* checks) {
+// True when a plugin built for exactly this libtorch (its build-id) is where
+// the preload looks.
+bool check_plugin(const Torch& torch, const std::string& build_id, const Layout& layout,
+                  std::vector<Check>* checks) {
   if (access(layout.preload.c_str(), R_OK) != 0) {
     checks->push_back({"preload", Status::kFail, layout.preload + " is missing: reinstall fsdpskip"});
     return false;
@@ -272,7 +281,7 @@ bool check_plugin(const Torch& torch, const Layout& layout, std::vector<Check>* 
   checks->push_back({"preload", Status::kOk, layout.preload});
   const char* override_path = getenv("FSDPSKIP_PLUGIN");
   std::string plugin = override_path && *override_path ? override_path : layout.plugin;
-  std::string error, torch_error;
+  std::string error;
   auto identity = read_elf_section(plugin, FSDPSKIP_TORCH_ID_SECTION, &error);
   if (!identity) {
     checks->push_back({"plugin", Status::kFail,
@@ -280,12 +289,11 @@ bool check_plugin(const Torch& torch, const Layout& layout, std::vector<Check>* 
                            rebuild_advice(torch, layout)});
     return false;
   }
-  auto libtorch = read_elf_facts(library_path(torch, Library::kTorchCpu), &torch_error);
   std::string built_for = identity_field(*identity, "build-id"), version = identity_field(*identity, "torch");
-  if (!libtorch || libtorch->build_id.empty() || libtorch->build_id != built_for) {
+  if (build_id.empty() || build_id != built_for) {
     checks->push_back({"plugin", Status::kFail,
                        plugin + " was built for torch " + version + " (libtorch_cpu build-id " + built_for +
-                           "), this torch's is " + (libtorch ? libtorch->build_id : torch_error) + "; " +
+                           "), this torch's is " + (build_id.empty() ? "none or unreadable" : build_id) + "; " +
                            rebuild_advice(torch, layout)});
     return false;
   }
@@ -310,9 +318,11 @@ void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::
   for (std::string line; std::getline(lines, line);) {
     json step = json::parse(line, nullptr, false);
     if (!step.is_object() || !step.contains("check")) continue;
-    Status status = step["ok"].is_null() ? Status::kNotApplicable
-                    : step.value("ok", false)  ? Status::kOk
-                                               : Status::kFail;
+    // "ok": true, false, or null for a step that probe cannot run.
+    auto ok = step.find("ok");
+    Status status = ok != step.end() && ok->is_null() ? Status::kNotApplicable
+                    : step.value("ok", false)         ? Status::kOk
+                                                      : Status::kFail;
     checks->push_back({"probe " + step.value("check", "?"), status, step.value("detail", "")});
   }
   if (probe.status != 0 || probe.timed_out) {
@@ -356,8 +366,8 @@ int doctor(const DoctorOptions& options) {
   } else {
     checks.push_back({"torch", Status::kOk, torch->version + " (" + torch->origin + "): " +
                                                 library_path(*torch, Library::kTorchCpu)});
-    check_symbols(*torch, &checks);
-    bool plugin_matches = check_plugin(*torch, layout, &checks);
+    std::string build_id = check_symbols(*torch, &checks);
+    bool plugin_matches = check_plugin(*torch, build_id, layout, &checks);
     if (!plugin_matches) {
       checks.push_back({"live probe", Status::kNotApplicable, "not run: no plugin for this torch"});
     } else if (options.libtorch.empty()) {

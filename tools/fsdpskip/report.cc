@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/common/bytes_text.h"
 #include "commands.h"
 #include "text_table.h"
 
@@ -115,7 +116,8 @@ int report(const ReportOptions& options) {
   std::vector<std::string> reasons = gathered.problems, notes;
   for (const Process& process : gathered.processes) {
     const json& r = process.report;
-    calls += skipped_calls(r);
+    uint64_t calls_here = skipped_calls(r);
+    calls += calls_here;
     never_committed += number(r, "bytes_never_committed");
     resolved += number(r, "resolved_by_overwrite") + number(r, "resolved_by_free");
     uint64_t pending_here = number(r, "pending_count");
@@ -124,7 +126,7 @@ int report(const ReportOptions& options) {
                       integer(r.value("pid", json()));
     if (pending_here)
       reasons.push_back(who + ": " + std::to_string(pending_here) + " storage(s) pending: never received rank 0's data");
-    if (skipped_calls(r) && !r.value("loading_ended", false))
+    if (calls_here && !r.value("loading_ended", false))
       notes.push_back(who + ": skipped inits but saw no broadcast from rank 0");
   }
   bool pass = reasons.empty();
@@ -154,11 +156,11 @@ int report(const ReportOptions& options) {
     const json& r = process.report;
     table.add({r.value("host", "?"), integer(r.value("rank", json())), integer(r.value("local_rank", json())),
                integer(r.value("pid", json())), r.value("mode", "?"), std::to_string(skipped_calls(r)),
-               human_bytes(number(r, "bytes_never_committed")),
+               bytes_text(number(r, "bytes_never_committed")),
                std::to_string(number(r, "resolved_by_overwrite") + number(r, "resolved_by_free")),
                std::to_string(number(r, "pending_count"))});
   }
-  table.add({"all", "", "", "", "", std::to_string(calls), human_bytes(never_committed), std::to_string(resolved),
+  table.add({"all", "", "", "", "", std::to_string(calls), bytes_text(never_committed), std::to_string(resolved),
              std::to_string(pending)});
   printf("%s", table.render().c_str());
   for (const std::string& note : notes) printf("note: %s\n", note.c_str());

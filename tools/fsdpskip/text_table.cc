@@ -1,7 +1,6 @@
 #include "text_table.h"
 
 #include <algorithm>
-#include <cstdio>
 
 namespace fsdpskip::cli {
 
@@ -29,19 +28,6 @@ std::string TextTable::render() const {
       line(rule);
     }
   }
-  return text;
-}
-
-std::string human_bytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 4) {
-    value /= 1024;
-    ++unit;
-  }
-  char text[32];
-  snprintf(text, sizeof text, unit ? "%.2f %s" : "%.0f %s", value, kUnits[unit]);
   return text;
 }
 

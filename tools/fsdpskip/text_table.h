@@ -1,7 +1,6 @@
 // Plain aligned text tables for the commands' human output.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,8 +16,5 @@ class TextTable {
  private:
   std::vector<std::vector<std::string>> rows_;
 };
-
-// 1536 -> "1.50 KiB"
-std::string human_bytes(uint64_t bytes);
 
 }  // namespace fsdpskip::cli
