@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 // Bump on any change to the structs below; both sides check it.
-#define FSDPSKIP_PLUGIN_ABI 2
+#define FSDPSKIP_PLUGIN_ABI 3
 
 // The plugin records the libtorch it was built against in an ELF section of
 // this name, so the preload can compare it with the loaded libtorch *before*
@@ -47,8 +47,12 @@ typedef enum fsdpskip_verdict {
   FSDPSKIP_RUN_NOTIFY,  // copy_: run it, then report copied() (it may resolve a storage)
 } fsdpskip_verdict;
 
+// The preload's current decision. The preload owns it and rewrites it, under
+// its own lock, whenever the program changes a policy variable (setenv,
+// os.environ); then it calls the plugin's policy_changed().
 typedef struct fsdpskip_host {
   uint32_t abi;
+  bool active;  // false: no new tags or skips; skipped storages still resolve
   fsdpskip_mode mode;
   fsdpskip_log_level log_level;
   int local_rank;
@@ -60,6 +64,9 @@ typedef struct fsdpskip_plugin {
   uint32_t abi;
   // Init kernels (normal_, uniform_, zero_, fill_) on `self` (an at::Tensor*).
   fsdpskip_verdict (*decide_init)(fsdpskip_kernel kernel, void* self);
+  // fill_(self, value) with a c10::Scalar*: decide_init, where a fill with
+  // zero (all bits zero) is a zero_.
+  fsdpskip_verdict (*decide_fill)(void* self, const void* scalar);
   // copy_(dst, src): SKIP when src is a skipped storage during loading;
   // RUN_NOTIFY when the copy may resolve dst.
   fsdpskip_verdict (*decide_copy)(void* dst, const void* src);
@@ -74,6 +81,10 @@ typedef struct fsdpskip_plugin {
   void (*requires_grad_set)(void* tensor_impl);
   void (*data_set)(void* self);
   void (*broadcast_started)(void* tensor_vector);
+  // The decision in the host changed (called by the preload, under its lock,
+  // on any thread). opens_loading: a new loading phase begins (the process
+  // turned active, or a variable that states a loading was set again).
+  void (*policy_changed)(bool opens_loading);
   // At exit: summary line, pending list, JSON report.
   void (*finish)(void);
 } fsdpskip_plugin;

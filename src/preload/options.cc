@@ -34,9 +34,29 @@ const int kAutoRequiresCount = sizeof kAutoRequires / sizeof *kAutoRequires;
 
 namespace {
 
+// fsdpskip's own variables besides FSDPSKIP_LOCAL_RANK (a local-rank variable).
+const char* const kOwnVariables[] = {"FSDPSKIP", "FSDPSKIP_LOG", "FSDPSKIP_REPORT", "FSDPSKIP_PLUGIN"};
+
+bool named(const char* name, size_t length, const char* const* list, int count) {
+  for (int i = 0; i < count; ++i)
+    if (strncmp(name, list[i], length) == 0 && list[i][length] == '\0') return true;
+  return false;
+}
+
+template <int N>
+bool named(const char* name, size_t length, const char* const (&list)[N]) {
+  return named(name, length, list, N);
+}
+
+// The reason is a diagnostic: cut short rather than grown.
+void explain(Options* options, const char* format, const char* a, const char* b = "") {
+  if (snprintf(options->reason, sizeof options->reason, format, a, b) < 0) options->reason[0] = '\0';
+}
+
 bool equals_any_case(const char* a, const char* b) { return strcasecmp(a, b) == 0; }
 
 void fail(Options* options, const char* variable, const char* value, const char* accepted) {
+  snprintf(options->reason, sizeof options->reason, "%s is malformed", variable);
   snprintf(options->error, sizeof options->error,
            "%s=\"%.64s\" is not valid (accepted: %s); fsdpskip stays inactive in this process",
            variable, value, accepted);
@@ -44,6 +64,15 @@ void fail(Options* options, const char* variable, const char* value, const char*
 }
 
 }  // namespace
+
+bool is_policy_variable(const char* name, size_t length) {
+  return named(name, length, kOwnVariables) || named(name, length, kAutoRequires) ||
+         named(name, length, kLocalRankVariables) || named(name, length, kRankVariables);
+}
+
+bool states_loading(const char* name, size_t length) {
+  return (length == 8 && strncmp(name, "FSDPSKIP", 8) == 0) || named(name, length, kAutoRequires);
+}
 
 bool parse_truthy(const char* text, bool* value) {
   static const char* const kTrue[] = {"1", "y", "yes", "t", "true", "on"};
@@ -87,7 +116,7 @@ Options resolve_options(EnvLookup lookup, void* context) {
   else if (equals_any_case(mode, "off")) options.mode = Mode::kOff;
   else if (equals_any_case(mode, "audit")) options.mode = Mode::kAudit;
   else return fail(&options, "FSDPSKIP", mode, "auto, on, off, audit"), options;
-  if (options.mode == Mode::kOff) return options;
+  if (options.mode == Mode::kOff) return explain(&options, "FSDPSKIP=%s", mode), options;
 
   if (options.mode == Mode::kAuto) {
     // Silent unless both are truthy: a process that is not RAM-efficient FSDP
@@ -95,18 +124,20 @@ Options resolve_options(EnvLookup lookup, void* context) {
     for (const char* variable : kAutoRequires) {
       const char* value = lookup(variable, context);
       bool truthy = false;
-      if (value == nullptr) return options;
+      if (value == nullptr) return explain(&options, "mode auto, %s is unset", variable), options;
       if (!parse_truthy(value, &truthy))
         return fail(&options, variable, value, "1, y, yes, t, true, on, 0, n, no, f, false, off"), options;
-      if (!truthy) return options;
+      if (!truthy) return explain(&options, "mode auto, %s=%s", variable, value), options;
     }
   }
 
+  const char* local_rank_variable = nullptr;
   for (int i = 0; i < kLocalRankVariableCount; ++i) {
     const char* value = lookup(kLocalRankVariables[i], context);
     if (value == nullptr) continue;
     if (!parse_rank(value, &options.local_rank))
       return fail(&options, kLocalRankVariables[i], value, "a non-negative integer"), options;
+    local_rank_variable = kLocalRankVariables[i];
     break;
   }
   for (int i = 0; i < kRankVariableCount; ++i) {
@@ -119,6 +150,16 @@ Options resolve_options(EnvLookup lookup, void* context) {
     options.report_template = nullptr;
   options.plugin_path = lookup("FSDPSKIP_PLUGIN", context);
   options.active = options.local_rank >= 1;
+  const char* why = options.mode == Mode::kAuto    ? "mode auto (ACCELERATE_USE_FSDP and FSDP_CPU_RAM_EFFICIENT_LOADING true)"
+                    : options.mode == Mode::kOn    ? "mode on (FSDPSKIP=on)"
+                                                   : "mode audit (FSDPSKIP=audit)";
+  if (local_rank_variable == nullptr) explain(&options, "%s, no local rank variable is set", why);
+  else {
+    char rank_text[96];
+    if (snprintf(rank_text, sizeof rank_text, "local rank %d from %s", options.local_rank, local_rank_variable) < 0)
+      rank_text[0] = '\0';
+    explain(&options, "%s, %s", why, rank_text);
+  }
   return options;
 }
 

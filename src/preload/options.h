@@ -3,6 +3,8 @@
 // and the library with getenv (which reads environ without allocating).
 #pragma once
 
+#include <stddef.h>
+
 #include "../common/plugin_abi.h"
 
 namespace fsdpskip {
@@ -22,6 +24,9 @@ struct Options {
   const char* plugin_path = nullptr;  // FSDPSKIP_PLUGIN override
   // Set when a variable was malformed: the process stays inert and prints it.
   char error[320] = {0};
+  // Why the process is active or not, for FSDPSKIP_LOG=debug: "mode auto,
+  // FSDP_CPU_RAM_EFFICIENT_LOADING is unset".
+  char reason[160] = {0};
 };
 
 Options resolve_options(EnvLookup lookup, void* context);
@@ -41,5 +46,13 @@ extern const int kRankVariableCount;
 // What `auto` requires to be true.
 extern const char* const kAutoRequires[];
 extern const int kAutoRequiresCount;
+
+// True when `name` (not NUL-terminated: `length` bytes) is a variable that
+// resolve_options reads, so a change to it may change the decision.
+bool is_policy_variable(const char* name, size_t length);
+// True for the variables whose setting states that a loading is under way:
+// FSDPSKIP and kAutoRequires. Set again while active, they open a new
+// loading phase (a later model of the same process).
+bool states_loading(const char* name, size_t length);
 
 }  // namespace fsdpskip

@@ -1,6 +1,7 @@
-// libfsdpskip.so: the decision at start-up, the plugin on first use, the
-// summary at exit. In an inactive process the constructor reads a few
-// variables and nothing else ever happens.
+// libfsdpskip.so: the decision, made at start-up and again whenever the
+// program changes one of the policy's variables (environment.cc); the plugin
+// on first use; the summary at exit. In a process that never turns active
+// the constructor reads a few variables and nothing else ever happens.
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
@@ -36,7 +37,14 @@ bool g_loading = false;
 // Copies of the variables' values: the environment can change under us.
 char g_report_template[PATH_MAX];
 char g_plugin_override[PATH_MAX];
-fsdpskip_host g_host;
+fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI, false, FSDPSKIP_MODE_ON, FSDPSKIP_LOG_SUMMARY, -1, -1, nullptr};
+
+// Decisions are made one at a time, under this lock; it is never held while
+// torch, the plugin's loading or the dynamic linker runs.
+pthread_mutex_t g_policy_lock = PTHREAD_MUTEX_INITIALIZER;
+bool g_started = false;        // the constructor decided: changes are followed from here on
+bool g_exiting = false;        // at_exit ran: the decision is final
+bool g_exit_registered = false;
 
 const char* environment(const char* name, void*) { return getenv(name); }
 
@@ -102,12 +110,6 @@ const fsdpskip_plugin* load_plugin() {
     log_warning("%s has no %s; inactive in this process", path, FSDPSKIP_PLUGIN_ENTRY);
     return nullptr;
   }
-  g_host = {FSDPSKIP_PLUGIN_ABI,
-            g_options.mode == Mode::kAudit ? FSDPSKIP_MODE_AUDIT : FSDPSKIP_MODE_ON,
-            g_options.log_level,
-            g_options.local_rank,
-            g_options.rank,
-            g_report_template[0] ? g_report_template : nullptr};
   const fsdpskip_plugin* plugin = load(&g_host);  // prints its own reason on NULL
   if (plugin != nullptr && plugin->abi != FSDPSKIP_PLUGIN_ABI) {
     log_warning("%s speaks plugin ABI %u, this preload %d; inactive in this process", path, plugin->abi,
@@ -123,37 +125,79 @@ void load_once() {
   const fsdpskip_plugin* plugin = load_plugin();
   __atomic_store_n(&g_loading, false, __ATOMIC_RELEASE);
   g_plugin_state = plugin ? PluginState::kLoaded : PluginState::kRefused;
+  if (plugin == nullptr) return;
+  // A decision made while the plugin loaded did not reach it: hand it the
+  // current one, then publish it so later decisions do.
+  pthread_mutex_lock(&g_policy_lock);
+  plugin->policy_changed(false);
   __atomic_store_n(&g_plugin, plugin, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&g_policy_lock);
 }
 
 // Runs before the libraries' destructors. Interposers forward from here on,
 // then the plugin does its shutdown work.
 void at_exit() {
-  bool was_active = g_active;
-  g_active = false;
-  if (!was_active) return;
-  if (g_plugin != nullptr) {
-    g_plugin->finish();
+  pthread_mutex_lock(&g_policy_lock);
+  g_exiting = true;
+  bool was_routed = g_active;
+  __atomic_store_n(&g_active, false, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&g_policy_lock);
+  if (!was_routed) return;
+  if (const fsdpskip_plugin* plugin = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE)) {
+    plugin->finish();
     return;
   }
+  // A helper process (torchrun's agent, a spawned DataLoader worker) that
+  // imported torch and made no parameter: nothing to say at the default level.
   char path[PATH_MAX], build_id[128];
-  if (g_plugin_state == PluginState::kUntried && g_options.log_level >= FSDPSKIP_LOG_SUMMARY &&
+  if (g_plugin_state == PluginState::kUntried && g_options.log_level >= FSDPSKIP_LOG_DEBUG &&
       loaded_library_identity(kTorchLibrary, path, sizeof path, build_id, sizeof build_id))
     log_error("local rank %d pid %d: torch was loaded but no parameter was initialised; nothing skipped",
               g_options.local_rank, getpid());
 }
 
+void copy_value(char* buffer, size_t size, const char* value) { snprintf(buffer, size, "%s", value ? value : ""); }
+
+// Makes `options` the decision (g_policy_lock held). `cause` names the
+// variable whose change led here, nullptr at start-up; `stated`: that
+// variable was set to a value that states a loading (FSDPSKIP, the auto pair).
+void decide(Options options, const char* cause, bool stated) {
+  bool was_active = g_options.active;
+  if (options.error[0]) log_error("%s", options.error);
+  copy_value(g_plugin_override, sizeof g_plugin_override, options.plugin_path);
+  const char* report_template = options.report_template;
+  options.report_template = options.plugin_path = nullptr;
+  g_options = options;
+  bool opens_loading = options.active && (!was_active || stated);
+  if (options.log_level >= FSDPSKIP_LOG_DEBUG && (cause == nullptr || was_active != options.active || opens_loading))
+    log_error("pid %d: %s%s%s: %s (%s)%s", getpid(), cause ? "after a change of " : "decision at start-up",
+              cause ? cause : "", cause ? ", decision" : "", options.active ? "active" : "inactive", options.reason,
+              opens_loading && cause ? "; a new loading phase begins" : "");
+  if (options.active && !g_exit_registered) {
+    g_exit_registered = true;
+    atexit(at_exit);
+  }
+  g_host.active = options.active;
+  g_host.log_level = options.log_level;
+  if (options.active) {  // an inactive decision keeps who the process was when it skipped
+    g_host.mode = options.mode == Mode::kAudit ? FSDPSKIP_MODE_AUDIT : FSDPSKIP_MODE_ON;
+    g_host.local_rank = options.local_rank;
+    g_host.rank = options.rank;
+    copy_value(g_report_template, sizeof g_report_template, report_template);
+    g_host.report_template = g_report_template[0] ? g_report_template : nullptr;
+  }
+  // Once loaded, the plugin keeps seeing copies, broadcasts and frees while
+  // inactive: storages it skipped stay accounted for until rank 0's data lands.
+  const fsdpskip_plugin* plugin = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&g_active, options.active || plugin != nullptr, __ATOMIC_RELEASE);
+  if (plugin != nullptr) plugin->policy_changed(opens_loading);
+}
+
+void reset_lock_in_child() { pthread_mutex_init(&g_policy_lock, nullptr); }
+
 __attribute__((constructor)) void initialise() {
-  g_options = resolve_options(environment, nullptr);
-  if (g_options.error[0]) log_error("%s", g_options.error);
-  if (!g_options.active) return;
-  snprintf(g_report_template, sizeof g_report_template, "%s",
-           g_options.report_template ? g_options.report_template : "");
-  snprintf(g_plugin_override, sizeof g_plugin_override, "%s",
-           g_options.plugin_path ? g_options.plugin_path : "");
-  g_options.report_template = g_options.plugin_path = nullptr;
-  g_active = true;
-  atexit(at_exit);
+  decide(resolve_options(environment, nullptr), nullptr, false);
+  __atomic_store_n(&g_started, true, __ATOMIC_RELEASE);
 }
 
 }  // namespace
@@ -163,7 +207,24 @@ const fsdpskip_plugin* loaded_plugin() {
   if (const fsdpskip_plugin* plugin = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE)) return plugin;
   if (__atomic_load_n(&g_loading, __ATOMIC_ACQUIRE) && pthread_equal(g_loading_thread, pthread_self())) return nullptr;
   pthread_once(&g_plugin_once, load_once);
-  return g_active ? g_plugin : nullptr;
+  return g_active ? __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE) : nullptr;
+}
+
+void environment_changed(const char* name, size_t length, bool set) {
+  if (!__atomic_load_n(&g_started, __ATOMIC_ACQUIRE)) return;  // the constructor reads it itself
+  if (name != nullptr && !is_policy_variable(name, length)) return;
+  static bool atfork_registered = false;  // only processes that touch the policy pay for it
+  pthread_mutex_lock(&g_policy_lock);
+  if (!atfork_registered) {
+    atfork_registered = true;
+    pthread_atfork(nullptr, nullptr, reset_lock_in_child);
+  }
+  if (!g_exiting) {
+    char cause[64];
+    snprintf(cause, sizeof cause, "%.*s", name ? static_cast<int>(length) : 8, name ? name : "clearenv");
+    decide(resolve_options(environment, nullptr), cause, set && name != nullptr && states_loading(name, length));
+  }
+  pthread_mutex_unlock(&g_policy_lock);
 }
 
 }  // namespace fsdpskip

@@ -1,4 +1,5 @@
-// Process-wide state of the preload, decided once in its constructor.
+// Process-wide state of the preload: the decision, made in its constructor
+// and again whenever the program changes a policy variable.
 #pragma once
 
 #include "../common/plugin_abi.h"
@@ -6,11 +7,17 @@
 
 namespace fsdpskip {
 
-// Written by the constructor before any other code of the process runs, and
-// cleared at exit before the plugin's shutdown work, so interposers that run
+// True while the interposers route to the plugin: the process is active, or
+// it was and the plugin is loaded (it still accounts for skipped storages).
+// Cleared at exit before the plugin's shutdown work, so interposers that run
 // during shutdown forward to the original.
 extern bool g_active;
-extern Options g_options;
+extern Options g_options;  // the current decision
+
+// A variable named by `length` bytes at `name` (nullptr: the whole
+// environment, clearenv) was set (`set`) or removed. Decides again when the
+// policy reads it. Called by the environment interposers after libc's own.
+void environment_changed(const char* name, size_t length, bool set);
 
 // The plugin of an active process, loaded on first use; nullptr when it
 // cannot serve this process (one line says why).

@@ -42,7 +42,12 @@ void finish() {
   char hostname[256] = "unknown";
   gethostname(hostname, sizeof hostname - 1);
   ReportContext context{g_host, hostname, getpid()};
-  if (g_host->log_level >= FSDPSKIP_LOG_SUMMARY) {
+  uint64_t calls = 0;
+  for (uint64_t kernel_calls : stats.calls) calls += kernel_calls;
+  // A process that skipped nothing (a helper that made a parameter or two, a
+  // rank turned active too late) says so only at debug level.
+  bool acted = calls || stats.lazy_zero_calls || stats.storages_skipped || !pending.empty();
+  if (g_host->log_level >= (acted ? FSDPSKIP_LOG_SUMMARY : FSDPSKIP_LOG_DEBUG)) {
     write_stderr(summary_line(context, stats, pending.size(), audit));
     constexpr size_t kMaxPendingLines = 20;  // the report lists them all
     for (size_t i = 0; i < pending.size() && i < kMaxPendingLines; ++i) write_stderr(pending_line(pending[i]));
@@ -64,6 +69,9 @@ void finish() {
 const fsdpskip_plugin kPlugin = {
     FSDPSKIP_PLUGIN_ABI,
     [](fsdpskip_kernel kernel, void* self) { return Tracker::instance().decide_init(kernel, tensor(self)); },
+    [](void* self, const void* scalar) {
+      return Tracker::instance().decide_fill(tensor(self), *static_cast<const c10::Scalar*>(scalar));
+    },
     [](void* dst, const void* src) { return Tracker::instance().decide_copy(tensor(dst), tensor(src)); },
     [](const void* self, const void* out) { return Tracker::instance().decide_chain(tensor(self), tensor(out)); },
     [](const void* self, int slot) -> void* {
@@ -78,6 +86,10 @@ const fsdpskip_plugin kPlugin = {
     [](void* impl) { Tracker::instance().requires_grad_set(static_cast<c10::TensorImpl*>(impl)); },
     [](void* self) { Tracker::instance().data_set(*static_cast<const at::TensorBase*>(self)); },
     [](void* tensors) { Tracker::instance().broadcast_started(*static_cast<std::vector<at::Tensor>*>(tensors)); },
+    [](bool opens_loading) {
+      Tracker::instance().set_policy(g_host->active, g_host->mode == FSDPSKIP_MODE_AUDIT, g_host->log_level,
+                                     opens_loading);
+    },
     finish,
 };
 
@@ -92,6 +104,7 @@ extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpski
     return nullptr;
   }
   g_host = host;
-  Tracker::instance().configure(host->mode == FSDPSKIP_MODE_AUDIT, host->log_level);
+  Tracker::instance().start();
+  Tracker::instance().set_policy(host->active, host->mode == FSDPSKIP_MODE_AUDIT, host->log_level, false);
   return &kPlugin;
 }

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "compat.h"
@@ -53,9 +54,18 @@ Tracker& Tracker::instance() {
   return *tracker;
 }
 
-void Tracker::configure(bool audit, fsdpskip_log_level log_level) {
-  audit_ = audit;
-  log_level_ = log_level;
+void Tracker::set_policy(bool enabled, bool audit, fsdpskip_log_level log_level, bool opens_loading) {
+  enabled_.store(enabled);
+  audit_.store(audit);
+  log_level_.store(log_level);
+  if (!enabled || !opens_loading) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A later model of the same process: its placeholders are tagged until the
+  // next broadcast from rank 0. Storages of earlier phases keep their state.
+  if (!loading_.exchange(true)) tagged_any_.store(false);
+}
+
+void Tracker::start() {
   // fork() (DataLoader workers) must not copy the lock held by a thread that
   // will not exist in the child.
   pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
@@ -115,7 +125,7 @@ Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
 }
 
 bool Tracker::tag(c10::StorageImpl* storage) {
-  if (storage == nullptr || !loading()) return false;
+  if (storage == nullptr || !loading() || !enabled()) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   Record* record = find_locked(storage);
   if (record == nullptr) record = track_locked(storage, Role::kParameter);
@@ -173,27 +183,44 @@ fsdpskip_verdict Tracker::traced(fsdpskip_kernel kernel, const at::Tensor& tenso
 }
 
 fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& self) {
-  return traced(kernel, self, decide_init_untraced(kernel, self));
+  return traced(kernel, self, decide_init_untraced(self, kernel == FSDPSKIP_ZERO));
 }
 
-fsdpskip_verdict Tracker::decide_init_untraced(fsdpskip_kernel kernel, const at::Tensor& self) {
-  c10::StorageImpl* storage = storage_of(self);
-  if (storage == nullptr) return FSDPSKIP_RUN;
-  bool loading_now = loading();
-  if (!loading_now && pending_.load() == 0) return FSDPSKIP_RUN;
-  if (tracked_.load() != 0) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (Record* record = find_locked(storage))
-      return record->role == Role::kParameter ? skip_verdict() : FSDPSKIP_RUN;
-  }
-  if (!loading_now) return FSDPSKIP_RUN;
-  // FSDP's reset_parameters() after to_empty(), and nn.init on a parameter
-  // whose storage arrived without a new nn.Parameter.
-  if (self.requires_grad() && self.is_leaf() && tag(storage)) return skip_verdict();
+fsdpskip_verdict Tracker::decide_fill(const at::Tensor& self, const c10::Scalar& value) {
+  bool zeroes = value.isBoolean()   ? !value.toBool()
+                : value.isIntegral(false) ? value.toLong() == 0
+                : value.isFloatingPoint() ? value.toDouble() == 0.0 && !std::signbit(value.toDouble())
+                                          : false;  // complex and symbolic: an ordinary fill
+  return traced(FSDPSKIP_FILL, self, decide_init_untraced(self, zeroes));
+}
+
+bool Tracker::zero_lazily(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const {
   char* begin;
   size_t bytes;
-  if (kernel == FSDPSKIP_ZERO && !audit_ && contiguous_range(self, &begin, &bytes) &&
-      bytes >= kLazyZeroMinBytes && from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
+  if (audit_.load() || !contiguous_range(self, &begin, &bytes) || bytes < kLazyZeroMinBytes ||
+      !from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
+    return false;
+  // Outside loading only where pages are not in memory (transformers'
+  // zeros_like placeholders of a later model); skipped() then writes the
+  // resident ones. A gradient's zero_ in a training loop stays a memset.
+  return loading_now || !all_pages_resident(begin, bytes);
+}
+
+fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zeroes) {
+  c10::StorageImpl* storage = storage_of(self);
+  if (storage == nullptr || !enabled()) return FSDPSKIP_RUN;
+  bool loading_now = loading();
+  if (loading_now || pending_.load() != 0) {
+    if (tracked_.load() != 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (Record* record = find_locked(storage))
+        return record->role == Role::kParameter ? skip_verdict() : FSDPSKIP_RUN;
+    }
+    // FSDP's reset_parameters() after to_empty(), and nn.init on a parameter
+    // whose storage arrived without a new nn.Parameter.
+    if (loading_now && self.requires_grad() && self.is_leaf() && tag(storage)) return skip_verdict();
+  }
+  if (zeroes && zero_lazily(self, storage, loading_now))
     return FSDPSKIP_SKIP;  // an exact zero_, done by skipped() without committing pages
   return FSDPSKIP_RUN;
 }
@@ -204,14 +231,14 @@ fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& s
   if (!loading_now && pending == 0) return FSDPSKIP_RUN;  // training: nothing left to resolve
   // A conversion of a skipped storage (model.to(dtype), .half()) stays skipped.
   c10::StorageImpl* source = storage_of(src);
-  if (loading_now && pending != 0 && source != nullptr && is_pending(source))
+  if (loading_now && pending != 0 && enabled() && source != nullptr && is_pending(source))
     return traced(FSDPSKIP_COPY, dst, skip_verdict());
   // Rank 0's data arriving through a copy resolves its destination (copied()).
   return traced(FSDPSKIP_COPY, dst, tracked_.load() != 0 ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
 }
 
 fsdpskip_verdict Tracker::decide_chain(const at::Tensor& self, const at::Tensor& out) {
-  if (pending_.load() == 0) return FSDPSKIP_RUN;
+  if (pending_.load() == 0 || !enabled()) return FSDPSKIP_RUN;
   c10::StorageImpl* storage = storage_of(out);
   if (storage == nullptr || storage != storage_of(self)) return FSDPSKIP_RUN;
   return traced(FSDPSKIP_CHAIN, out, is_pending(storage) ? skip_verdict() : FSDPSKIP_RUN);
@@ -238,7 +265,7 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
     char* begin;
     size_t bytes;
     if (!contiguous_range(self, &begin, &bytes)) return;
-    Zeroed zeroed = zero_range(begin, bytes, anonymous);
+    Zeroed zeroed = loading() ? zero_range(begin, bytes, anonymous) : zero_unresident(begin, bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.lazy_zero_calls;
     stats_.lazy_zero_bytes_released += zeroed.released;

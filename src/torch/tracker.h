@@ -58,9 +58,15 @@ class Tracker {
  public:
   static Tracker& instance();  // immortal: deleters run until the very end
 
-  void configure(bool audit, fsdpskip_log_level log_level);
+  // Once, when the plugin is loaded.
+  void start();
+  // The preload's decision (again whenever it changes). enabled: new tags and
+  // skips are allowed; disabled, storages already skipped still resolve.
+  // opens_loading: a new loading phase begins, if the last one ended.
+  void set_policy(bool enabled, bool audit, fsdpskip_log_level log_level, bool opens_loading);
 
   fsdpskip_verdict decide_init(fsdpskip_kernel kernel, const at::Tensor& self);
+  fsdpskip_verdict decide_fill(const at::Tensor& self, const c10::Scalar& value);
   fsdpskip_verdict decide_copy(const at::Tensor& dst, const at::Tensor& src);
   fsdpskip_verdict decide_chain(const at::Tensor& self, const at::Tensor& out);
   void skipped(fsdpskip_kernel kernel, const at::Tensor& self);
@@ -76,6 +82,7 @@ class Tracker {
   bool is_tagged(const c10::StorageImpl* storage);
   bool is_pending(const c10::StorageImpl* storage);
   bool loading() const { return loading_.load(std::memory_order_relaxed); }
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
 
   // From here on, frees no longer resolve anything (the process is exiting).
   void begin_shutdown() { shutting_down_.store(true); }
@@ -104,7 +111,11 @@ class Tracker {
   bool shutting_down() const;
   fsdpskip_verdict skip_verdict() const { return audit_ ? FSDPSKIP_AUDIT : FSDPSKIP_SKIP; }
   bool from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const;
-  fsdpskip_verdict decide_init_untraced(fsdpskip_kernel kernel, const at::Tensor& self);
+  // An exact zero_ done by releasing pages: a large CPU range during loading
+  // (placeholders), or one never written since it was allocated.
+  bool zero_lazily(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const;
+  // zeroes: the call writes all-zero bytes (zero_, fill_ with +0).
+  fsdpskip_verdict decide_init_untraced(const at::Tensor& self, bool zeroes);
   // One line on stderr at `level` (FSDPSKIP_LOG=debug: tags and skips; trace: every decision).
   void log(fsdpskip_log_level level, const char* what, const c10::StorageImpl* storage);
   fsdpskip_verdict traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict);
@@ -118,9 +129,10 @@ class Tracker {
   std::atomic<bool> loading_{true};
   std::atomic<bool> tagged_any_{false};
   std::atomic<bool> shutting_down_{false};
-  bool audit_ = false;
+  std::atomic<bool> enabled_{true};
+  std::atomic<bool> audit_{false};
   bool forked_child_ = false;
-  fsdpskip_log_level log_level_ = FSDPSKIP_LOG_SUMMARY;
+  std::atomic<fsdpskip_log_level> log_level_{FSDPSKIP_LOG_SUMMARY};
   c10::DeleterFnPtr cpu_deleter_ = nullptr;
   int (*python_finalizing_)() = nullptr;
 };

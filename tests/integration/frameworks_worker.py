@@ -8,7 +8,14 @@ accelerate), writing rank<N>.json:
   fully_shard, to_empty, init_weights, then rank 0's checkpoint broadcast
   into the shards;
 - `accelerate` loads with from_pretrained, then hands the model to
-  accelerate's own FSDP2 loader (fsdp2_load_full_state_dict)."""
+  accelerate's own FSDP2 loader (fsdp2_load_full_state_dict);
+- `switch`: accelerate's enable_fsdp_ram_efficient_loading(), a load,
+  disable_fsdp_ram_efficient_loading(), a second model initialised as usual;
+- `models`: several models in one process, each synced before the next,
+  then a layer made after the syncs.
+`--environ` says how accelerate's FSDP variables reach `load`: in the launch
+environment, assigned through os.environ at the top of the script, or
+written by transformers' TrainingArguments from its fsdp_config."""
 import argparse
 import hashlib
 import json
@@ -18,6 +25,9 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+
+ACCELERATE_FSDP = ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING")
 
 
 def rss_kib(field):
@@ -36,10 +46,36 @@ def llama_config():
                        num_key_value_heads=8, vocab_size=32000, tie_word_embeddings=False)
 
 
-def save(directory):
-    from transformers import LlamaForCausalLM
+def mistral_config():
+    from transformers import MistralConfig
+    return MistralConfig(hidden_size=384, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=6,
+                         num_key_value_heads=2, vocab_size=16000, tie_word_embeddings=True)
+
+
+def save(directory, kind):
+    from transformers import LlamaForCausalLM, MistralForCausalLM
     torch.manual_seed(0)
-    LlamaForCausalLM(llama_config()).save_pretrained(directory)
+    model = LlamaForCausalLM(llama_config()) if kind == "llama" else MistralForCausalLM(mistral_config())
+    model.save_pretrained(directory)
+
+
+def measured(build):
+    """build()'s result, its seconds and its peak RSS growth in bytes."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    before = rss_kib("VmRSS")
+    start = time.perf_counter()
+    result = build()
+    return result, time.perf_counter() - start, (rss_kib("VmHWM") - before) * 1024
+
+
+def facts(model, seconds, growth):
+    """What the tests compare, once the model holds rank 0's values."""
+    digests = {name: digest(p) for name, p in model.named_parameters()}
+    return {"build_seconds": seconds, "rss_growth_bytes": growth,
+            "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "equal_to_rank0": all(d == gathered(digests)[0] for d in gathered(digests)),
+            "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
 
 
 def gathered(value):
@@ -49,26 +85,60 @@ def gathered(value):
 
 
 def load(args):
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaForCausalLM, TrainingArguments
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     dist.barrier()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = rss_kib("VmRSS")
-    start = time.perf_counter()
-    model = LlamaForCausalLM.from_pretrained(args.directory, dtype=torch.float32)
-    seconds = time.perf_counter() - start
-    growth = (rss_kib("VmHWM") - before) * 1024
+    if args.environ == "training-args":  # writes FSDP_CPU_RAM_EFFICIENT_LOADING from its fsdp_config
+        TrainingArguments(output_dir=args.out, fsdp="full_shard", fsdp_config={"cpu_ram_efficient_loading": True},
+                          use_cpu=True, report_to=[])
+    model, seconds, growth = measured(lambda: LlamaForCausalLM.from_pretrained(args.directory, dtype=torch.float32))
     if args.sync == "ddp":
         nn.parallel.DistributedDataParallel(model)
     else:  # FSDP2's loader: rank 0's full state dict, broadcast into every rank
         full = model.state_dict() if dist.get_rank() == 0 else {}
         set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    digests = {name: digest(p) for name, p in model.named_parameters()}
-    return model, {"build_seconds": seconds, "rss_growth_bytes": growth,
-                   "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-                   "equal_to_rank0": all(d == gathered(digests)[0] for d in gathered(digests)),
-                   "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
+    return model, dict(facts(model, seconds, growth),
+                       variables={name: os.environ.get(name) for name in ACCELERATE_FSDP})
+
+
+def switch(args):
+    from accelerate.utils import disable_fsdp_ram_efficient_loading, enable_fsdp_ram_efficient_loading
+    from transformers import LlamaForCausalLM
+    enable_fsdp_ram_efficient_loading()
+    first, seconds, growth = measured(lambda: LlamaForCausalLM.from_pretrained(args.directory, dtype=torch.float32))
+    disable_fsdp_ram_efficient_loading()
+    torch.manual_seed(7)
+    second = LlamaForCausalLM(llama_config())  # initialised as usual, on every rank
+    nn.parallel.DistributedDataParallel(first)
+    return (first, second), {"first": facts(first, seconds, growth),
+                             "second_digests": {name: digest(p) for name, p in second.named_parameters()}}
+
+
+def models(args):
+    """Three models in one process, each after accelerate's
+    enable_fsdp_ram_efficient_loading() states that a loading begins (as a
+    framework does when it sets up each model's FSDP plugin), each synced by
+    DDP before the next: two from_pretrained checkpoints (transformers 5:
+    zeros_like placeholders, plus the inits transformers still runs, such as
+    a tied head's), then one built from its config (torch's and transformers'
+    own inits). Then a seeded layer made after the syncs, with no statement."""
+    from accelerate.utils import enable_fsdp_ram_efficient_loading
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+    kept, result = [], {}
+    builds = {"llama": lambda: AutoModelForCausalLM.from_pretrained(args.directory, dtype=torch.float32),
+              "mistral": lambda: AutoModelForCausalLM.from_pretrained(args.second, dtype=torch.float32),
+              "llama_from_config": lambda: LlamaForCausalLM(llama_config())}
+    for name, build in builds.items():
+        enable_fsdp_ram_efficient_loading()
+        model, seconds, growth = measured(build)
+        nn.parallel.DistributedDataParallel(model)
+        result[name] = facts(model, seconds, growth)
+        kept.append(model)
+    torch.manual_seed(123)
+    head = nn.Linear(512, 1000)
+    result["late_layer_equal"] = len(set(gathered(digest(head.weight)))) == 1
+    result["late_layer_nonzero"] = bool((head.weight != 0).any())
+    return kept, result
 
 
 class TitanBlock(nn.Module):
@@ -160,17 +230,24 @@ def accelerate_load(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=("save", "load", "titan", "accelerate"))
+    parser.add_argument("command", choices=("save", "load", "titan", "accelerate", "switch", "models"))
     parser.add_argument("--directory")
+    parser.add_argument("--second", help="models: a second checkpoint")
+    parser.add_argument("--kind", choices=("llama", "mistral"), default="llama", help="save: the architecture")
+    parser.add_argument("--environ", choices=("launch", "python", "training-args"), default="launch")
     parser.add_argument("--sync", choices=("ddp", "fsdp2"), default="ddp")
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.command == "save":
-        return save(args.directory)
+        return save(args.directory, args.kind)
+    if args.environ == "python":  # as training scripts do at their top
+        for name in ACCELERATE_FSDP:
+            os.environ[name] = "true"
     torch.set_num_threads(1)
     import transformers  # noqa: F401  imports done before anything is timed
     dist.init_process_group("gloo")
-    model, result = {"load": load, "titan": titan, "accelerate": accelerate_load}[args.command](args)
+    commands = {"load": load, "titan": titan, "accelerate": accelerate_load, "switch": switch, "models": models}
+    model, result = commands[args.command](args)
     result["rank"] = dist.get_rank()
     with open(os.path.join(args.out, "rank%d.json" % dist.get_rank()), "w") as out:
         json.dump(result, out)

@@ -2,11 +2,14 @@
 // torch::nn modules (whose constructors run their default inits), prints a
 // digest of every parameter, a seeded randn of a non-parameter, and the
 // error torch raises for a bad init argument. The tests compare its output
-// with and without the preload.
+// with and without the preload. Arguments NAME=VALUE (setenv(3)) and -NAME
+// (unsetenv(3)) change the environment before anything else, as a program
+// configuring itself at run time would.
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace {
@@ -39,7 +42,18 @@ struct Sentinel : torch::nn::Module {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string assignment = argv[i];
+    size_t equals = assignment.find('=');
+    bool changed = assignment[0] == '-'               ? unsetenv(argv[i] + 1) == 0
+                   : equals != std::string::npos ? setenv(assignment.substr(0, equals).c_str(), argv[i] + equals + 1, 1) == 0
+                                                 : false;
+    if (!changed) {
+      std::fprintf(stderr, "usage: %s [NAME=VALUE...]\n", argv[0]);
+      return 2;
+    }
+  }
   torch::manual_seed(42);
   torch::nn::Sequential model(torch::nn::Linear(256, 512), torch::nn::LayerNorm(torch::nn::LayerNormOptions({512})),
                               torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 16, 3)), torch::nn::Embedding(1000, 64));

@@ -37,6 +37,10 @@ def meta_to_empty_reset():
 
 def hf_init_weights():
     """transformers' _init_weights on .data."""
+    return describe(hf_model())
+
+
+def hf_model():
     torch.manual_seed(0)
     model = small_model()
     for module in model.modules():
@@ -48,7 +52,7 @@ def hf_init_weights():
         elif isinstance(module, nn.LayerNorm):
             module.weight.data.fill_(1.0)
             module.bias.data.zero_()
-    return describe(model)
+    return model
 
 
 INITS = {
@@ -138,6 +142,7 @@ def threads():
 def fork():
     """A fork()ed child (DataLoader worker) inherits the tags and reports nothing."""
     p = nn.Parameter(torch.empty(256))
+    nn.init.normal_(nn.Parameter(torch.empty(128)))  # the parent skips one: its summary is printed
     read, write = os.pipe()
     child = os.fork()
     if child == 0:
@@ -169,6 +174,67 @@ def reuse():
             return {"repeated": True, "nonzero_after_normal": bool((t != 0).any()), "warm": warm.numel()}
         keep.append(t)
     return {"repeated": False}
+
+
+ACCELERATE_FSDP = ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING")
+
+
+# accelerate's enable_/disable_fsdp_ram_efficient_loading(), as written in
+# accelerate 1.14 (the torch 1.13 suite has no accelerate): os.environ, after
+# start-up.
+def enable_fsdp_ram_efficient_loading():
+    if "ACCELERATE_USE_FSDP" not in os.environ:
+        os.environ["ACCELERATE_USE_FSDP"] = "True"
+    os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "True"
+
+
+def disable_fsdp_ram_efficient_loading():
+    os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "False"
+
+
+def environ_set_before_loading():
+    for name in ACCELERATE_FSDP:
+        os.environ[name] = "true"
+    return hf_init_weights()
+
+
+def environ_set_and_removed():
+    for name in ACCELERATE_FSDP:
+        os.environ[name] = "true"
+    for name in ACCELERATE_FSDP:
+        del os.environ[name]
+    return hf_init_weights()
+
+
+_alive_at_exit = []
+
+
+def environ_switched():
+    """On for a first model, off for a second (seeded, initialised as usual),
+    on again for a third."""
+    enable_fsdp_ram_efficient_loading()
+    first = hf_model()
+    disable_fsdp_ram_efficient_loading()
+    second = hf_model()
+    enable_fsdp_ram_efficient_loading()
+    third = hf_model()
+    _alive_at_exit.extend((first, second, third))  # frees while exiting resolve nothing
+    return {"first": describe(first), "second": describe(second), "third": describe(third)}
+
+
+def _batch_sum(batch):
+    return float(batch.sum())
+
+
+def dataloader_workers():
+    """A rank whose DataLoader starts spawned workers: they inherit the active
+    environment and import torch, but make no parameter."""
+    import torch.utils.data as data
+    p = nn.Parameter(torch.empty(64))
+    nn.init.normal_(p)
+    loader = data.DataLoader(torch.arange(12.0).reshape(6, 2), batch_size=2, num_workers=3,
+                             multiprocessing_context="spawn")
+    return {"sums": [_batch_sum(batch) for batch in loader], "param_zero": bool((p == 0).all())}
 
 
 if __name__ == "__main__":

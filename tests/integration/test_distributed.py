@@ -44,9 +44,14 @@ def assert_synced(ranks):
 
 @pytest.mark.parametrize("style,sync", [("hf4", "ddp"), ("torch", "broadcast"), ("trunc", "ddp"), ("hf5", "ddp")])
 def test_rank1_skips_then_holds_rank0_values(tmp_path, style, sync):
-    done, ranks = job(tmp_path, "--size", "tiny", "--style", style, "--sync", sync, "--verify", FSDPSKIP="on")
+    # The tiny transformers-5 placeholders are under 1 MiB: zeroed by memset,
+    # nothing skipped, so rank 1's summary is printed at debug level only.
+    log = "debug" if style == "hf5" else "summary"
+    done, ranks = job(tmp_path, "--size", "tiny", "--style", style, "--sync", sync, "--verify", FSDPSKIP="on",
+                      FSDPSKIP_LOG=log)
     assert_synced(ranks)
-    assert not any("fsdpskip" in line for line in rank_lines(done, 0)), "rank 0 prints nothing"
+    assert not any("fsdpskip" in line for line in rank_lines(done, 0) if "decision at start-up" not in line), \
+        "rank 0 prints nothing"
     line = summary(done)
     assert counts(line)["pending"] == 0, line
     if style != "hf5":  # transformers-5 placeholders have no init to skip

@@ -49,3 +49,19 @@ def test_skipped_call_raises_what_the_kernel_raises():
     rank1 = run([PROGRAM], LOCAL_RANK=1, FSDPSKIP="on").stdout.splitlines()[-1]
     assert plain.startswith("error: normal expects std >= 0.0")
     assert rank1 == plain
+
+
+def test_setenv_at_run_time_turns_it_on():
+    """The program sets FSDPSKIP=on itself with setenv(3) before building its
+    modules; the launcher gave it only LOCAL_RANK=1."""
+    plain = parameters(run([PROGRAM, "FSDPSKIP=on"], preload=False).stdout)
+    done = run([PROGRAM, "FSDPSKIP=on"], LOCAL_RANK=1)
+    assert done.returncode == 0, done.stderr
+    rank1 = parameters(done.stdout)
+    assert all(rank1[name]["all_zero"] == "1" for name in plain if name != "randn"), done.stdout
+    assert plain["sentinel.weight"]["all_zero"] == "0"
+    assert rank1["randn"]["digest"] == plain["randn"]["digest"]
+    assert "on 8 storages" in fsdpskip_lines(done.stderr)[0], done.stderr
+    # Set and removed again before any module exists: nothing changes.
+    done = run([PROGRAM, "FSDPSKIP=on", "-FSDPSKIP"], LOCAL_RANK=1)
+    assert parameters(done.stdout) == plain and done.stderr == ""

@@ -1,6 +1,7 @@
 // The activation policy, driven with a fake environment.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -131,6 +132,34 @@ TEST(Options, LogLevelsAndPaths) {
   EXPECT_EQ(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_LOG", "TRACE"}}).log_level,
             FSDPSKIP_LOG_TRACE);
   EXPECT_EQ(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_REPORT", ""}}).report_template, nullptr);
+}
+
+TEST(Options, ReasonNamesWhatDecided) {
+  EXPECT_STREQ(resolve({{"LOCAL_RANK", "1"}}).reason, "mode auto, ACCELERATE_USE_FSDP is unset");
+  EXPECT_STREQ(resolve({{"LOCAL_RANK", "1"}, {"ACCELERATE_USE_FSDP", "1"}, {"FSDP_CPU_RAM_EFFICIENT_LOADING", "no"}})
+                   .reason,
+               "mode auto, FSDP_CPU_RAM_EFFICIENT_LOADING=no");
+  EXPECT_STREQ(resolve({{"FSDPSKIP", "off"}}).reason, "FSDPSKIP=off");
+  EXPECT_STREQ(resolve({{"FSDPSKIP", "on"}, {"SLURM_LOCALID", "2"}}).reason,
+               "mode on (FSDPSKIP=on), local rank 2 from SLURM_LOCALID");
+  EXPECT_STREQ(resolve({{"FSDPSKIP", "on"}}).reason, "mode on (FSDPSKIP=on), no local rank variable is set");
+  EXPECT_STREQ(resolve({{"FSDPSKIP", "maybe"}}).reason, "FSDPSKIP is malformed");
+}
+
+TEST(Options, PolicyVariablesAreExactlyTheOnesRead) {
+  for (const char* name : {"FSDPSKIP", "FSDPSKIP_LOG", "FSDPSKIP_REPORT", "FSDPSKIP_PLUGIN", "FSDPSKIP_LOCAL_RANK",
+                           "LOCAL_RANK", "SLURM_LOCALID", "RANK", "SLURM_PROCID", "ACCELERATE_USE_FSDP",
+                           "FSDP_CPU_RAM_EFFICIENT_LOADING"})
+    EXPECT_TRUE(is_policy_variable(name, strlen(name))) << name;
+  for (const char* name : {"PATH", "FSDPSKIPX", "FSDPSKI", "LOCAL_RANKS", "RAN", "", "WORLD_SIZE"})
+    EXPECT_FALSE(is_policy_variable(name, strlen(name))) << name;
+  // Not NUL-terminated: putenv hands "NAME=value".
+  EXPECT_TRUE(is_policy_variable("LOCAL_RANK=1", 10));
+  EXPECT_FALSE(is_policy_variable("LOCAL_RANK=1", 9));
+  EXPECT_TRUE(states_loading("FSDPSKIP=on", 8));
+  EXPECT_TRUE(states_loading("ACCELERATE_USE_FSDP", 19));
+  EXPECT_FALSE(states_loading("FSDPSKIP_LOG", 12));
+  EXPECT_FALSE(states_loading("LOCAL_RANK", 10));
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ c10::StorageImpl* storage(const at::Tensor& t) { return compat::storage_of(t.uns
 
 Tracker& tracker() {
   static bool configured = [] {
-    Tracker::instance().configure(false, FSDPSKIP_LOG_QUIET);
+    Tracker::instance().start();
+    Tracker::instance().set_policy(true, false, FSDPSKIP_LOG_QUIET, false);
     return true;
   }();
   (void)configured;
@@ -151,6 +152,73 @@ TEST(Tracker, NothingIsTaggedAfterLoadingEnds) {
   ASSERT_TRUE(tracker().tag(storage(param)));
   receive(torch::ones({4}));
   EXPECT_FALSE(tracker().tag(storage(torch::empty({16}))));
+}
+
+TEST(Tracker, ZeroOfNeverWrittenMemoryStaysLazyAfterLoadingEnds) {
+  at::Tensor param = torch::empty({16});
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  receive(torch::ones({4}));
+  ASSERT_FALSE(tracker().loading());
+  // A later model's zeros_like placeholder: 64 MiB fresh from mmap, never written.
+  at::Tensor placeholder = torch::empty({16 << 20});
+  ASSERT_LE(resident_pages(placeholder), 1u) << "only malloc's header page";
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, placeholder), FSDPSKIP_SKIP);
+  tracker().skipped(FSDPSKIP_ZERO, placeholder);
+  EXPECT_LE(resident_pages(placeholder), 2u) << "only the partial edge pages";
+  EXPECT_EQ(placeholder.abs().sum().item<float>(), 0.0f);
+  EXPECT_FALSE(tracker().is_tagged(storage(placeholder)));
+  // Half written (a reused heap range), half fresh: the written half is
+  // zeroed in place, the fresh half released, nothing newly committed.
+  at::Tensor mixed = torch::empty({16 << 20});
+  mixed.narrow(0, 0, 8 << 20).fill_(2.0f);
+  size_t written_pages = resident_pages(mixed);
+  ASSERT_GE(written_pages, 8192u);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, mixed), FSDPSKIP_SKIP);
+  tracker().skipped(FSDPSKIP_ZERO, mixed);
+  EXPECT_LE(resident_pages(mixed), written_pages + 1);  // before reading maps the zero page
+  EXPECT_EQ(mixed.abs().sum().item<float>(), 0.0f);
+  // fill_ with +0 is a zero_ (zeros_like can take that path); -0.0 and 1 are not.
+  at::Tensor filled = torch::empty({16 << 20});
+  EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(0.0)), FSDPSKIP_SKIP);
+  EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(int64_t{0})), FSDPSKIP_SKIP);
+  EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(-0.0)), FSDPSKIP_RUN);
+  EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(1.0)), FSDPSKIP_RUN);
+  // A gradient zeroed in a training loop: written, so an ordinary memset.
+  at::Tensor gradient = torch::full({16 << 20}, 1.0f);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, gradient), FSDPSKIP_RUN);
+}
+
+TEST(Tracker, PolicyReopensLoadingAndEarlierSkipsStayPending) {
+  at::Tensor first = torch::empty({64});
+  ASSERT_TRUE(tracker().tag(storage(first)));
+  tracker().skipped(FSDPSKIP_NORMAL, first);
+  receive(torch::ones({4}));  // a broadcast that does not cover `first`
+  ASSERT_FALSE(tracker().loading());
+  tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, false);
+  EXPECT_FALSE(tracker().loading()) << "a change that states no loading reopens nothing";
+  tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, true);
+  EXPECT_TRUE(tracker().loading());
+  at::Tensor second = torch::empty({64});
+  EXPECT_TRUE(tracker().tag(storage(second)));
+  EXPECT_TRUE(tracker().is_pending(storage(first)));
+  receive(torch::ones({4}));
+  EXPECT_FALSE(tracker().loading()) << "the new phase ends at its own first broadcast";
+}
+
+TEST(Tracker, DisabledTagsAndSkipsNothingButStillResolves) {
+  at::Tensor skipped = torch::empty({64});
+  ASSERT_TRUE(tracker().tag(storage(skipped)));
+  tracker().skipped(FSDPSKIP_NORMAL, skipped);
+  tracker().set_policy(false, false, FSDPSKIP_LOG_QUIET, true);
+  at::Tensor later = torch::empty({64});
+  EXPECT_FALSE(tracker().tag(storage(later)));
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, later), FSDPSKIP_RUN);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, torch::empty({16 << 20})), FSDPSKIP_RUN);
+  EXPECT_TRUE(tracker().is_pending(storage(skipped)));
+  receive(skipped);
+  EXPECT_FALSE(tracker().is_pending(storage(skipped))) << "rank 0's data still resolves it";
+  tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, true);
+  EXPECT_TRUE(tracker().tag(storage(later))) << "enabled again, a new loading phase";
 }
 
 TEST(Tracker, FreeResolvesAndShutdownFreesStayPending) {

@@ -1,0 +1,77 @@
+"""The decision follows the environment as the program changes it:
+frameworks set accelerate's FSDP variables from Python (os.environ calls
+setenv and unsetenv), after the process started. Helper processes that
+inherit an active environment stay quiet."""
+import json
+
+from harness import PYTHON, SCENARIOS, fsdpskip_lines, run
+
+
+def scenario(name, preload=True, **variables):
+    done = run([PYTHON, SCENARIOS, name], preload=preload, **variables)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done
+
+
+def all_zero(described):
+    return all(facts["zero"] for facts in described.values())
+
+
+def test_variables_set_from_python_before_loading_turn_auto_mode_on():
+    plain, _ = scenario("environ_set_before_loading", preload=False, LOCAL_RANK=1)
+    out, done = scenario("environ_set_before_loading", LOCAL_RANK=1)
+    assert not all_zero(plain) and all_zero(out), out
+    assert len(fsdpskip_lines(done.stderr)) >= 1 and "skipped" in fsdpskip_lines(done.stderr)[0], done.stderr
+    # Rank 0 under the same program stays bitwise as without the preload.
+    rank0, done0 = scenario("environ_set_before_loading", LOCAL_RANK=0)
+    assert rank0 == plain and done0.stderr == ""
+
+
+def test_variables_set_then_removed_before_any_parameter_skip_nothing():
+    plain, _ = scenario("environ_set_and_removed", preload=False, LOCAL_RANK=1)
+    out, done = scenario("environ_set_and_removed", LOCAL_RANK=1)
+    assert out == plain and done.stderr == ""
+
+
+def test_turning_off_part_way_initialises_later_models_and_keeps_earlier_skips_pending():
+    plain, _ = scenario("environ_switched", preload=False, LOCAL_RANK=1)
+    out, done = scenario("environ_switched", LOCAL_RANK=1, FSDPSKIP_LOG="debug")
+    assert all_zero(out["first"]) and all_zero(out["third"]), out
+    assert out["second"] == plain["second"], "initialised as without the preload while off"
+    lines = fsdpskip_lines(done.stderr)
+    changes = [line for line in lines if "after a change of" in line]
+    assert len(changes) == 3 and all("FSDP_CPU_RAM_EFFICIENT_LOADING" in line for line in changes), lines
+    assert [line.split("decision: ")[1].split()[0] for line in changes] == ["active", "inactive", "active"], changes
+    assert all("a new loading phase begins" in line for line in changes[::2]), changes
+    # Nothing was synced: the two skipped models (7 parameters each) are
+    # still pending at exit, the second was never skipped.
+    summary = [line for line in lines if line.startswith("fsdpskip: local rank 1 pid")]
+    assert len(summary) == 1 and "on 14 storages" in summary[0] and summary[0].endswith("pending 14"), lines
+
+
+def test_local_rank_set_from_python_counts_too():
+    """torch elastic's function entrypoints set LOCAL_RANK after start-up."""
+    done = run([PYTHON, "-c", "import os; os.environ['LOCAL_RANK'] = '1'; import runpy; "
+                "runpy.run_path(%r, run_name='__main__')" % SCENARIOS, "hf_init_weights"], FSDPSKIP="on")
+    assert done.returncode == 0, done.stderr
+    assert all_zero(json.loads(done.stdout)), done.stdout
+
+
+def test_debug_names_the_decision_at_start_up():
+    _, done = scenario("hf_init_weights", LOCAL_RANK=1, FSDPSKIP="on", FSDPSKIP_LOG="debug")
+    assert "decision at start-up: active (mode on (FSDPSKIP=on), local rank 1 from LOCAL_RANK)" in done.stderr
+    _, done = scenario("hf_init_weights", LOCAL_RANK=1, FSDPSKIP_LOG="debug")
+    assert "decision at start-up: inactive (mode auto, ACCELERATE_USE_FSDP is unset)" in done.stderr
+
+
+def test_spawned_dataloader_workers_print_nothing():
+    out, done = scenario("dataloader_workers", LOCAL_RANK=1, FSDPSKIP="on")
+    assert out["param_zero"] and out["sums"] == [6.0, 22.0, 38.0], out
+    lines = fsdpskip_lines(done.stderr)
+    assert len(lines) == 2 and lines[0].startswith("fsdpskip: local rank 1 pid"), done.stderr
+    assert "no broadcast from rank 0 was seen" in lines[1]
+    # A process that imports torch and skips nothing says nothing, unless asked.
+    quiet = run([PYTHON, "-c", "import torch; torch.ones(3)"], LOCAL_RANK=1, FSDPSKIP="on")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    told = run([PYTHON, "-c", "import torch; torch.ones(3)"], LOCAL_RANK=1, FSDPSKIP="on", FSDPSKIP_LOG="debug")
+    assert "local rank 1 pid" in told.stderr and "skipped 0 calls" in told.stderr, told.stderr
