@@ -17,9 +17,10 @@ namespace fsdpskip {
 namespace {
 
 // transformers 5 makes a zeros_like placeholder of every parameter and
-// buffer on non-zero ranks; below this size an ordinary memset is cheaper
-// than a system call.
-constexpr size_t kLazyZeroMinBytes = size_t{1} << 20;
+// buffer on non-zero ranks (a model's attention projections are often a few
+// hundred KiB); below this size an ordinary memset is cheaper than the
+// system calls.
+constexpr size_t kLazyZeroMinBytes = size_t{64} << 10;
 
 c10::StorageImpl* storage_of(const at::TensorBase& tensor) {
   return tensor.defined() ? compat::storage_of(tensor.unsafeGetTensorImpl()) : nullptr;

@@ -115,21 +115,19 @@ def switch(args):
 
 
 def models(args):
-    """Three models in one process, each after accelerate's
-    enable_fsdp_ram_efficient_loading() states that a loading begins (as a
-    framework does when it sets up each model's FSDP plugin), each synced by
-    DDP before the next: two from_pretrained checkpoints (transformers 5:
-    zeros_like placeholders, plus the inits transformers still runs, such as
-    a tied head's), then one built from its config (torch's and transformers'
-    own inits). Then a seeded layer made after the syncs, with no statement."""
+    """Three models in one process under the launch environment's variables,
+    each synced by DDP before the next: two from_pretrained checkpoints
+    (transformers 5: zeros_like placeholders, no statement needed), then one
+    built from its config (torch's and transformers' own inits) after
+    accelerate's enable_fsdp_ram_efficient_loading() states that a loading
+    begins. Then a seeded layer made after the syncs, with no statement."""
     from accelerate.utils import enable_fsdp_ram_efficient_loading
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
     kept, result = [], {}
     builds = {"llama": lambda: AutoModelForCausalLM.from_pretrained(args.directory, dtype=torch.float32),
               "mistral": lambda: AutoModelForCausalLM.from_pretrained(args.second, dtype=torch.float32),
-              "llama_from_config": lambda: LlamaForCausalLM(llama_config())}
+              "llama_from_config": lambda: (enable_fsdp_ram_efficient_loading(), LlamaForCausalLM(llama_config()))[1]}
     for name, build in builds.items():
-        enable_fsdp_ram_efficient_loading()
         model, seconds, growth = measured(build)
         nn.parallel.DistributedDataParallel(model)
         result[name] = facts(model, seconds, growth)

@@ -103,12 +103,12 @@ def test_enable_then_disable_ram_efficient_loading(tmp_path, checkpoint):
 
 
 def test_every_model_of_a_multi_model_job_benefits(tmp_path, checkpoint, mistral_checkpoint):
-    """Two from_pretrained models (Llama, Mistral with tied embeddings) and a
-    third built from its config, each after accelerate's
-    enable_fsdp_ram_efficient_loading() and synced by DDP before the next,
-    under the launch environment's variables; then a seeded layer made after
-    the syncs: every model costs rank 1 no more than rank 0 (plus 2%),
-    everything equals rank 0, and the late layer is initialised."""
+    """Under the launch environment's variables, each model synced by DDP
+    before the next: two from_pretrained models (Llama, then Mistral with tied
+    embeddings: no statement), a third built from its config after accelerate's
+    enable_fsdp_ram_efficient_loading(); then a seeded layer made after the
+    syncs. Every model costs rank 1 no more than rank 0 (plus 2%), everything
+    equals rank 0, and the late layer is initialised."""
     args = ("--directory", str(checkpoint), "--second", str(mistral_checkpoint))
     _, plain = worker_job(tmp_path, "models", *args, preload=False, **ACCELERATE_FSDP)
     done, ranks = worker_job(tmp_path, "models", *args, **ACCELERATE_FSDP)
