@@ -5,6 +5,7 @@
 #define FSDPSKIP_PLUGIN_ABI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -81,6 +82,11 @@ typedef struct fsdpskip_plugin {
   void (*requires_grad_set)(void* tensor_impl);
   void (*data_set)(void* self);
   void (*broadcast_started)(void* tensor_vector);
+  // An NCCL receive (ncclBcast, ncclBroadcast, ncclRecv) will write
+  // [buffer, buffer + bytes) with a peer's data, rank 0's while loading:
+  // resolves the skipped storages inside it and ends the loading phase.
+  // bytes is 0 for a datatype the preload does not know.
+  void (*received)(const void* buffer, size_t bytes);
   // The decision in the host changed (called by the preload, under its lock,
   // on any thread). opens_loading: a new loading phase begins (the process
   // turned active, or a variable that states a loading was set again).

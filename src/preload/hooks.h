@@ -3,7 +3,7 @@
 
 namespace fsdpskip {
 
-enum class Library { kTorchCpu, kC10, kTorchCuda };
+enum class Library { kTorchCpu, kC10, kTorchCuda, kNccl };
 
 enum class HookId {
 #define HOOK(id, library, shape, kernel, mangled) id,
@@ -25,9 +25,12 @@ constexpr int kHookCount = static_cast<int>(HookId::kCount);
 // The soname prefix of a library ("libtorch_cpu.so").
 const char* library_prefix(Library library);
 
-// Resolves a hook's original (thread-safe, idempotent). Aborts with one line
-// when torch defines no such symbol, which cannot happen for a symbol that
-// torch itself just called.
+// Resolves a hook's original (thread-safe, idempotent); nullptr when no
+// loaded object defines it.
+void* find_original(HookId id);
+
+// find_original, but aborts with one line when torch defines no such symbol,
+// which cannot happen for a symbol that torch itself just called.
 void* resolve_original(HookId id);
 
 // The original definition of a hook: inline, so an interposer's common path

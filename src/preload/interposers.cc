@@ -5,6 +5,7 @@
 // This file is built without exceptions but with asynchronous unwind tables:
 // an exception thrown by an original (torch's own argument checks) unwinds
 // through these frames unchanged, and they hold nothing that needs cleanup.
+#include <stddef.h>
 #include <time.h>
 
 #include "hooks.h"
@@ -202,6 +203,46 @@ inline Fn original_as(HookId id) {
     fn(op, self, x, y, out);                                                                    \
     if (start) plugin->audited(kernel, const_cast<void*>(out), now_ns() - start);               \
   }
+
+// NCCL's C API returns ncclResult_t; ncclSystemError answers a call whose
+// original is not loaded (a program that found the preload's definition with
+// dlsym before it loaded NCCL).
+constexpr int kNcclSystemError = 2;
+
+// Bytes of `count` elements of an ncclDataType_t; 0 for one this table does
+// not know (nothing is then resolved).
+inline size_t nccl_bytes(size_t count, int datatype) {
+  //                                   int8 uint8 int32 uint32 int64 uint64 f16 f32 f64 bf16 f8e4m3 f8e5m2
+  static const unsigned char kSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  return datatype >= 0 && datatype < static_cast<int>(sizeof kSizes) ? count * kSizes[datatype] : 0;
+}
+
+template <typename Fn, typename... Args>
+inline int forward_nccl(HookId id, void* recvbuff, size_t count, int datatype, Args... args) {
+  auto fn = reinterpret_cast<Fn>(find_original(id));
+  if (fn == nullptr) return kNcclSystemError;
+  if (const fsdpskip_plugin* plugin = active_plugin()) plugin->received(recvbuff, nccl_bytes(count, datatype));
+  return fn(args...);
+}
+
+// ncclBcast(buff, count, datatype, root, comm, stream)
+#define FORWARDER_NcclBcast(id, kernel, mangled)                                                       \
+  EXPORT int hook_##id(void* buff, size_t count, int datatype, int root, void* comm, void* stream)    \
+      __asm__(mangled);                                                                               \
+  int hook_##id(void* buff, size_t count, int datatype, int root, void* comm, void* stream) {        \
+    return forward_nccl<int (*)(void*, size_t, int, int, void*, void*)>(HookId::id, buff, count, datatype, \
+                                                                         buff, count, datatype, root, comm, stream); \
+  }
+// ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)
+#define FORWARDER_NcclBroadcast(id, kernel, mangled)                                                   \
+  EXPORT int hook_##id(const void* send, void* recv, size_t count, int datatype, int root, void* comm, \
+                       void* stream) __asm__(mangled);                                                \
+  int hook_##id(const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream) { \
+    return forward_nccl<int (*)(const void*, void*, size_t, int, int, void*, void*)>(                 \
+        HookId::id, recv, count, datatype, send, recv, count, datatype, root, comm, stream);          \
+  }
+// ncclRecv(recvbuff, count, datatype, peer, comm, stream)
+#define FORWARDER_NcclRecv(id, kernel, mangled) FORWARDER_NcclBcast(id, kernel, mangled)
 
 #define HOOK(id, library, shape, kernel, mangled) FORWARDER_##shape(id, kernel, mangled)
 #include "hooks.def"

@@ -28,6 +28,7 @@ const char* library_prefix(Library library) {
     case Library::kTorchCpu: return "libtorch_cpu.so";
     case Library::kC10: return "libc10.so";
     case Library::kTorchCuda: return "libtorch_cuda.so";
+    case Library::kNccl: return "libnccl.so";
   }
   return "";
 }
@@ -84,7 +85,7 @@ const void* self_base() {
 
 }  // namespace
 
-void* resolve_original(HookId id) {
+void* find_original(HookId id) {
   Hook& hook = g_hooks[static_cast<int>(id)];
   void* address = __atomic_load_n(&hook.original, __ATOMIC_ACQUIRE);
   if (address != nullptr) return address;
@@ -98,11 +99,17 @@ void* resolve_original(HookId id) {
     void* candidate = handle ? dlsym(handle, hook.mangled) : nullptr;
     if (candidate && !defined_by_us(candidate, self)) address = candidate;
   }
+  if (address != nullptr) __atomic_store_n(&hook.original, address, __ATOMIC_RELEASE);
+  return address;
+}
+
+void* resolve_original(HookId id) {
+  void* address = find_original(id);
   if (address == nullptr) {
+    const Hook& hook = g_hooks[static_cast<int>(id)];
     log_error("cannot find the original of %s (%s) in any loaded object; aborting", hook.id, hook.mangled);
     abort();
   }
-  __atomic_store_n(&hook.original, address, __ATOMIC_RELEASE);
   return address;
 }
 

@@ -86,6 +86,7 @@ const fsdpskip_plugin kPlugin = {
     [](void* impl) { Tracker::instance().requires_grad_set(static_cast<c10::TensorImpl*>(impl)); },
     [](void* self) { Tracker::instance().data_set(*static_cast<const at::TensorBase*>(self)); },
     [](void* tensors) { Tracker::instance().broadcast_started(*static_cast<std::vector<at::Tensor>*>(tensors)); },
+    [](const void* buffer, size_t bytes) { Tracker::instance().received(buffer, bytes); },
     [](bool opens_loading) {
       Tracker::instance().set_policy(g_host->active, g_host->mode == FSDPSKIP_MODE_AUDIT, g_host->log_level,
                                      opens_loading);

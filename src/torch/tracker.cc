@@ -333,9 +333,26 @@ void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
       if (Record* record = find_locked(storage)) resolve_locked(*record, false);
       else if (track_received) track_locked(storage, Role::kReceived);
     }
-    // Rank 0's data starts to arrive: no new parameter is a placeholder.
-    if (tagged_any_.load() && loading_.exchange(false)) stats_.loading_ended = true;
+    end_loading_locked();
   }
+}
+
+void Tracker::end_loading_locked() {
+  if (tagged_any_.load() && loading_.exchange(false)) stats_.loading_ended = true;
+}
+
+void Tracker::received(const void* buffer, size_t bytes) {
+  if (!loading() && pending_.load() == 0) return;  // training: nothing left to resolve
+  auto begin = reinterpret_cast<uintptr_t>(buffer), end = begin + bytes;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes != 0 && tracked_.load() != 0)
+    for (auto& entry : records_) {
+      Record& record = entry.second;
+      auto data = reinterpret_cast<uintptr_t>(compat::data_ptr(*record.storage).get());
+      if (record.role == Role::kParameter && data >= begin && data + record.storage->nbytes() <= end)
+        resolve_locked(record, false);
+    }
+  end_loading_locked();
 }
 
 c10::DeleterFnPtr Tracker::forget(void* context) {

@@ -75,6 +75,9 @@ class Tracker {
   void requires_grad_set(c10::TensorImpl* tensor);
   void data_set(const at::TensorBase& self);
   void broadcast_started(const std::vector<at::Tensor>& tensors);
+  // A receive into raw memory (NCCL's C API): skipped storages lying wholly
+  // inside [buffer, buffer + bytes) are resolved.
+  void received(const void* buffer, size_t bytes);
 
   // Tags `storage` as a parameter's placeholder, if the loading phase lasts
   // and it can be tracked (it has a deleter and a context of its own).
@@ -106,6 +109,8 @@ class Tracker {
   Record* find_locked(const c10::StorageImpl* storage);
   Record* track_locked(c10::StorageImpl* storage, Role role);
   void resolve_locked(Record& record, bool by_free);
+  // Rank 0's data starts to arrive: no new parameter is a placeholder.
+  void end_loading_locked();
   // Marks the first skip of a record; returns true when it was the first.
   bool mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self);
   bool shutting_down() const;

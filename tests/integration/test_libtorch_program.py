@@ -65,3 +65,17 @@ def test_setenv_at_run_time_turns_it_on():
     # Set and removed again before any module exists: nothing changes.
     done = run([PROGRAM, "FSDPSKIP=on", "-FSDPSKIP"], LOCAL_RANK=1)
     assert parameters(done.stdout) == plain and done.stderr == ""
+
+
+def test_nccl_receives_resolve_skipped_parameters():
+    """Rank 0's values arriving through NCCL's C API (ncclBroadcast, ncclBcast,
+    ncclRecv into a stand-in libnccl.so.2): every skipped parameter is
+    resolved by the receive, and holds rank 0's values."""
+    receiver = os.environ["FSDPSKIP_NCCL_RECEIVER"]
+    plain = run([receiver], preload=False)
+    done = run([receiver], LOCAL_RANK=1, FSDPSKIP="on")
+    assert plain.returncode == done.returncode == 0, done.stderr
+    assert done.stdout == plain.stdout and done.stdout.count("equal_to_rank0=1") == 6, done.stdout
+    summary = fsdpskip_lines(done.stderr)
+    assert len(summary) == 1, done.stderr
+    assert "on 6 storages" in summary[0] and summary[0].endswith("resolved 6 (overwrite 6, free 0), pending 0")

@@ -31,7 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-enum class Library { kTorchCpu, kC10, kTorchCuda };
+enum class Library { kTorchCpu, kC10, kTorchCuda, kNccl };
+constexpr Library kLibraries[] = {Library::kTorchCpu, Library::kC10, Library::kTorchCuda, Library::kNccl};
 
 struct HookRow {
   const char* id;
@@ -62,7 +63,7 @@ const char* status_word(Status status) {
 struct Torch {
   std::string origin;                // how it was found
   std::string version = "unknown";
-  std::string libraries[3];          // by Library: libtorch_cpu, libc10, libtorch_cuda ("" when absent)
+  std::string libraries[4];          // by Library: libtorch_cpu, libc10, libtorch_cuda, libnccl ("" when absent)
   std::string cmake_prefix;          // for the rebuild advice
 };
 
@@ -71,7 +72,7 @@ const std::string& library_path(const Torch& torch, Library library) {
 }
 
 const char* library_name(Library library) {
-  static const char* const kNames[] = {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so"};
+  static const char* const kNames[] = {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", "libnccl.so"};
   return kNames[static_cast<int>(library)];
 }
 
@@ -123,7 +124,7 @@ import json, os, torch, torch.utils
 found = {}
 for line in open("/proc/self/maps"):
     path = line.split()[-1] if len(line.split()) >= 6 else ""
-    for name in ("libtorch_cpu.so", "libc10.so", "libtorch_cuda.so"):
+    for name in ("libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", "libnccl.so"):
         if os.path.basename(path).startswith(name):
             found.setdefault(name, path)
 print(json.dumps({"version": torch.__version__, "libraries": found, "cmake_prefix": torch.utils.cmake_prefix_path}))
@@ -148,7 +149,7 @@ std::optional<Torch> torch_of_python(const std::string& python, const std::strin
   torch.origin = "python " + python;
   torch.version = answer.value("version", "unknown");
   torch.cmake_prefix = answer.value("cmake_prefix", "");
-  for (Library library : {Library::kTorchCpu, Library::kC10, Library::kTorchCuda})
+  for (Library library : kLibraries)
     torch.libraries[static_cast<int>(library)] = answer["libraries"].value(library_name(library), "");
   if (library_path(torch, Library::kTorchCpu).empty()) {
     *error = python + " imported torch " + torch.version + " but no libtorch_cpu.so was mapped";
@@ -181,7 +182,7 @@ std::optional<Torch> torch_of_libtorch(const std::string& directory, std::string
     *error = "no libtorch_cpu.so under " + directory + " (looked in lib/, ./, lib/x86_64-linux-gnu/, lib64/)";
     return std::nullopt;
   }
-  for (Library library : {Library::kTorchCpu, Library::kC10, Library::kTorchCuda})
+  for (Library library : kLibraries)
     torch.libraries[static_cast<int>(library)] = find_library_in(lib, library_name(library));
   // LibTorch archives keep the CMake package in share/cmake/Torch, Debian in lib/<multiarch>/cmake/Torch.
   for (const std::string& cmake : {directory + "/share/cmake", lib + "/cmake"}) {
@@ -200,7 +201,7 @@ std::optional<Torch> torch_of_libtorch(const std::string& directory, std::string
 // Returns libtorch_cpu's GNU build-id ("" when it could not be read).
 std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
   std::map<std::string, ElfFacts> facts;
-  for (Library library : {Library::kTorchCpu, Library::kC10, Library::kTorchCuda}) {
+  for (Library library : kLibraries) {
     const std::string& path = library_path(torch, library);
     if (path.empty()) continue;
     std::string error;
@@ -221,9 +222,17 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
   for (const HookRow& row : kHooks) {
     std::string function = demangled(row.mangled);
     std::string name = "symbol " + function.substr(0, function.find('(')) + " [" + row.id + "]";
-    Library caller = row.library == Library::kTorchCuda ? Library::kTorchCuda : Library::kTorchCpu;
+    // libtorch_cuda calls NCCL and its own rows; libtorch_cpu the others.
+    Library caller = row.library == Library::kTorchCuda || row.library == Library::kNccl ? Library::kTorchCuda
+                                                                                         : Library::kTorchCpu;
     auto defining = facts.find(library_name(row.library));
     auto calling = facts.find(library_name(caller));
+    if (defining == facts.end() && row.library == Library::kNccl && facts.count(library_name(Library::kTorchCuda))) {
+      checks->push_back({name, Status::kNotApplicable,
+                         "no libnccl.so is loaded with libtorch_cuda.so: NCCL is linked into it statically; "
+                         "rank 0's values are still seen by the ProcessGroupNCCL row, by copies and by frees"});
+      continue;
+    }
     if (defining == facts.end()) {
       checks->push_back({name, Status::kNotApplicable, std::string("no ") + library_name(row.library) + " in this torch"});
       continue;

@@ -12,7 +12,9 @@ import os
 import socket
 import subprocess
 
-PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch; the first on PATH may lack torch
+# Debian's, with python3-torch (the first python3 on PATH may lack torch), or
+# the one the tests name (a venv with PyPI's torch: tools/pip-venv).
+PYTHON = os.environ.get("FSDPSKIP_PYTHON", "/usr/bin/python3")
 
 
 def free_port():
