@@ -1,5 +1,12 @@
 # The LibTorch the plugin and the C++ tests build against, and its identity:
 # FSDPSKIP_TORCH_CXX_STANDARD, FSDPSKIP_LIBTORCH_CPU, FSDPSKIP_TORCH_BUILD_ID.
+# A Torch_DIR given (a venv's torch) is searched before the system's paths:
+# TorchConfig's find_library calls would otherwise pick a system libtorch
+# (Debian's libtorch-dev) over the one beside the config.
+if(Torch_DIR)
+  get_filename_component(FSDPSKIP_TORCH_PREFIX "${Torch_DIR}/../../.." ABSOLUTE)
+  list(PREPEND CMAKE_PREFIX_PATH "${FSDPSKIP_TORCH_PREFIX}")
+endif()
 find_package(Torch REQUIRED)
 
 # torch 2.14's headers need C++20; 1.13 and 2.6 build as C++17.
@@ -21,3 +28,14 @@ if(NOT status EQUAL 0 OR NOT CMAKE_MATCH_1)
 endif()
 set(FSDPSKIP_TORCH_BUILD_ID ${CMAKE_MATCH_1})
 message(STATUS "fsdpskip: plugin for torch ${Torch_VERSION}, ${FSDPSKIP_LIBTORCH_CPU} (build-id ${FSDPSKIP_TORCH_BUILD_ID})")
+
+# What everything here links: libtorch_cpu and libc10 with torch's headers and
+# flags, and nothing of CUDA. A CUDA build's TORCH_LIBRARIES would pull in
+# libtorch_cuda, whose NCCL and CUDA runtime the linker must then find (PyPI's
+# wheels keep them in other wheels, found through RPATH at run time only).
+find_library(FSDPSKIP_LIBC10 NAMES c10 HINTS ${TORCH_INSTALL_PREFIX}/lib NO_CACHE REQUIRED)
+separate_arguments(FSDPSKIP_TORCH_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+add_library(fsdpskip_libtorch_cpu INTERFACE)
+target_include_directories(fsdpskip_libtorch_cpu SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+target_compile_options(fsdpskip_libtorch_cpu INTERFACE ${FSDPSKIP_TORCH_FLAGS})
+target_link_libraries(fsdpskip_libtorch_cpu INTERFACE ${FSDPSKIP_LIBTORCH_CPU} ${FSDPSKIP_LIBC10})

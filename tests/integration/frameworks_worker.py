@@ -207,7 +207,8 @@ def accelerate_load(args):
     from accelerate import Accelerator
     from accelerate.utils.fsdp_utils import fsdp2_load_full_state_dict
     from transformers import LlamaForCausalLM
-    model = LlamaForCausalLM.from_pretrained(args.directory, dtype=torch.float32)
+    model, _, growth = measured(lambda: LlamaForCausalLM.from_pretrained(args.directory, dtype=torch.float32))
+    model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     # With ACCELERATE_USE_FSDP set, Accelerator refuses a CPU-only machine
     # (test_frameworks shows it); without it, it gives the process state the
     # FSDP2 loader needs. fsdpskip decided at process start, from the full set.
@@ -223,7 +224,8 @@ def accelerate_load(args):
     digests = {name: digest(p) for name, p in model.named_parameters()}
     return model, {"equal_to_rank0": digests == {k: expected[k] for k in digests},
                    "all_finite": all(bool(torch.isfinite(p.full_tensor() if hasattr(p, "full_tensor") else p).all())
-                                     for p in model.parameters())}
+                                     for p in model.parameters()),
+                   "placeholders_committed": growth > 0.5 * model_bytes}
 
 
 def main():

@@ -43,6 +43,12 @@ def fsdpskip_lines(stderr):
     return [line for line in stderr.splitlines() if "fsdpskip:" in line]
 
 
+def said_by_fsdpskip(lines):
+    """fsdpskip's own lines (not a warning whose path mentions it), less the
+    start-up decision that every process prints at debug level."""
+    return [line for line in lines if line.startswith("fsdpskip:") and "decision at start-up" not in line]
+
+
 def torchrun(script_args, out_dir, nproc=2, preload=True, timeout=600, prefix=(), **variables):
     """A real multi-process job on loopback (tools/workloads/launch.py);
     returns (completed process, [rank JSON...])."""

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from harness import COMMAND, HERE, PYTHON, SCENARIOS, rank_lines, run, torchrun
+from harness import COMMAND, HERE, PYTHON, SCENARIOS, rank_lines, run, said_by_fsdpskip, torchrun
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -43,21 +43,30 @@ def load_job(tmp_path, checkpoint, sync, preload, environ="launch", variables=AC
                       preload=preload, **variables)
 
 
-def rank1_summary(done):
-    lines = [l for l in rank_lines(done, 1) if l.startswith("fsdpskip: local rank 1")]
-    assert len(lines) == 1, done.stderr[-3000:]
-    return lines[0]
-
-
 def assert_costs_no_more_than_rank0(plain, ranks, result=lambda r: r):
-    """Rank 1 commits at most rank 0's growth plus 2% of the model; without
-    fsdpskip it commits the placeholders."""
+    """Rank 1 commits at most rank 0's growth plus 2% of the model, and every
+    rank ends with rank 0's values. Returns whether, without fsdpskip, rank 1
+    committed the model: transformers up to 5.1x makes zeros_like
+    placeholders on non-zero ranks, later releases leave their parameters
+    unwritten (then fsdpskip has nothing to save there, and must cost nothing)."""
     rank0, rank1 = (result(r) for r in ranks)
     model = rank1["model_bytes"]
-    assert result(plain[1])["rss_growth_bytes"] > 0.5 * model, "without fsdpskip rank 1 commits the placeholders"
     assert rank1["rss_growth_bytes"] <= rank0["rss_growth_bytes"] + 0.02 * model, (rank0, rank1)
     for r in plain + ranks:
         assert result(r)["equal_to_rank0"] and result(r)["all_finite"], r
+    return result(plain[1])["rss_growth_bytes"] > 0.5 * model
+
+
+def rank1_summary(done, zeroed_placeholders):
+    """Rank 1's summary line ("" when it had nothing to say); nothing pending,
+    no error; where transformers made placeholders, they were zeroed lazily."""
+    said = said_by_fsdpskip(rank_lines(done, 1))
+    assert not any("error" in line for line in said), said
+    summary = [line for line in said if line.startswith("fsdpskip: local rank 1")]
+    assert len(summary) <= 1 and all(line.endswith("pending 0") for line in summary), said
+    if zeroed_placeholders:
+        assert summary and "zeroed lazily" in summary[0], said
+    return summary[0] if summary else ""
 
 
 @pytest.mark.parametrize("sync", ["ddp", "fsdp2"])
@@ -67,10 +76,8 @@ def test_from_pretrained_under_accelerates_ram_efficient_loading(tmp_path, check
     values."""
     _, plain = load_job(tmp_path, checkpoint, sync, preload=False)
     done, ranks = load_job(tmp_path, checkpoint, sync, preload=True)
-    assert_costs_no_more_than_rank0(plain, ranks)
-    summary = rank1_summary(done)
-    assert "zeroed lazily" in summary and re.search(r"pending 0$", summary), summary
-    assert not any("fsdpskip" in line for line in rank_lines(done, 0))
+    rank1_summary(done, assert_costs_no_more_than_rank0(plain, ranks))
+    assert said_by_fsdpskip(rank_lines(done, 0)) == []
 
 
 @pytest.mark.parametrize("environ", ["python", "training-args"])
@@ -84,9 +91,8 @@ def test_variables_set_from_python_turn_the_default_mode_on(tmp_path, checkpoint
     _, plain = load_job(tmp_path, checkpoint, "ddp", False, environ, launch)
     done, ranks = load_job(tmp_path, checkpoint, "ddp", True, environ, launch)
     assert ranks[1]["variables"]["FSDP_CPU_RAM_EFFICIENT_LOADING"].lower() == "true", ranks[1]["variables"]
-    assert_costs_no_more_than_rank0(plain, ranks)
-    assert "zeroed lazily" in rank1_summary(done) and rank1_summary(done).endswith("pending 0")
-    assert not any("fsdpskip" in line for line in rank_lines(done, 0))
+    rank1_summary(done, assert_costs_no_more_than_rank0(plain, ranks))
+    assert said_by_fsdpskip(rank_lines(done, 0)) == []
 
 
 def test_enable_then_disable_ram_efficient_loading(tmp_path, checkpoint):
@@ -96,10 +102,10 @@ def test_enable_then_disable_ram_efficient_loading(tmp_path, checkpoint):
     when DDP delivers rank 0's values."""
     _, plain = worker_job(tmp_path, "switch", "--directory", str(checkpoint), preload=False)
     done, ranks = worker_job(tmp_path, "switch", "--directory", str(checkpoint))
-    assert_costs_no_more_than_rank0(plain, ranks, lambda r: r["first"])
+    placeholders = assert_costs_no_more_than_rank0(plain, ranks, lambda r: r["first"])
     for rank in (0, 1):
         assert ranks[rank]["second_digests"] == plain[rank]["second_digests"], rank
-    assert rank1_summary(done).endswith("pending 0"), rank1_summary(done)
+    rank1_summary(done, placeholders)
 
 
 def test_every_model_of_a_multi_model_job_benefits(tmp_path, checkpoint, mistral_checkpoint):
@@ -112,12 +118,13 @@ def test_every_model_of_a_multi_model_job_benefits(tmp_path, checkpoint, mistral
     args = ("--directory", str(checkpoint), "--second", str(mistral_checkpoint))
     _, plain = worker_job(tmp_path, "models", *args, preload=False, **ACCELERATE_FSDP)
     done, ranks = worker_job(tmp_path, "models", *args, **ACCELERATE_FSDP)
-    for name in ("llama", "mistral", "llama_from_config"):
-        assert_costs_no_more_than_rank0(plain, ranks, lambda r: r[name])
+    placeholders = [assert_costs_no_more_than_rank0(plain, ranks, lambda r: r[name])
+                    for name in ("llama", "mistral", "llama_from_config")]
+    assert placeholders[2], "without fsdpskip, a model built from its config is initialised on rank 1"
     for r in plain + ranks:
         assert r["late_layer_equal"] and r["late_layer_nonzero"], r
-    line = rank1_summary(done)
-    assert "zeroed lazily" in line and re.search(r"normal_ \d+", line) and line.endswith("pending 0"), line
+    line = rank1_summary(done, placeholders[0])
+    assert re.search(r"normal_ \d+", line), line
 
 
 def test_fsdpskip_run_inside_accelerate_launch():
@@ -150,11 +157,8 @@ def test_fsdp2_torchtitan_flow(tmp_path):
     done, ranks = worker_job(tmp_path, "titan", FSDPSKIP="on", FSDPSKIP_LOG="debug")
     for result in plain + ranks:
         assert result["equal_to_rank0"] and result["all_finite"], result
-    summary = [l for l in rank_lines(done, 1) if l.startswith("fsdpskip: local rank 1")]
-    assert len(summary) == 1, done.stderr[-3000:]
-    assert re.search(r"pending 0$", summary[0]), summary[0]
-    assert not any("error" in line for line in rank_lines(done, 1) if line.startswith("fsdpskip"))
-    assert not any("fsdpskip" in line for line in rank_lines(done, 0) if "decision at start-up" not in line)
+    assert rank1_summary(done, False), "at debug level rank 1 prints its summary"
+    assert said_by_fsdpskip(rank_lines(done, 0)) == []
 
 
 def test_accelerate_refuses_fsdp_on_a_cpu_only_machine():
@@ -174,6 +178,4 @@ def test_accelerates_fsdp2_loader(tmp_path, checkpoint):
     done, ranks = worker_job(tmp_path, "accelerate", "--directory", str(checkpoint), **ACCELERATE_FSDP)
     for result in plain + ranks:
         assert result["equal_to_rank0"] and result["all_finite"], result
-    summary = [l for l in rank_lines(done, 1) if l.startswith("fsdpskip: local rank 1")]
-    assert len(summary) == 1 and re.search(r"pending 0$", summary[0]), done.stderr[-3000:]
-    assert "zeroed lazily" in summary[0], "auto mode acted on accelerate's variables"
+    rank1_summary(done, plain[1]["placeholders_committed"])

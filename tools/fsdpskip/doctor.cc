@@ -184,8 +184,11 @@ std::optional<Torch> torch_of_libtorch(const std::string& directory, std::string
   }
   for (Library library : kLibraries)
     torch.libraries[static_cast<int>(library)] = find_library_in(lib, library_name(library));
-  // LibTorch archives keep the CMake package in share/cmake/Torch, Debian in lib/<multiarch>/cmake/Torch.
-  for (const std::string& cmake : {directory + "/share/cmake", lib + "/cmake"}) {
+  // LibTorch archives keep the CMake package in share/cmake/Torch, Debian in
+  // lib/<multiarch>/cmake/Torch, PyPI's wheels in torch/share/cmake/Torch
+  // beside torch/lib.
+  for (const std::string& cmake :
+       {directory + "/share/cmake", lib + "/cmake", fs::path(lib).parent_path().string() + "/share/cmake"}) {
     std::string text = read_whole_file(cmake + "/Torch/TorchConfigVersion.cmake");
     std::smatch match;
     if (!std::regex_search(text, match, std::regex("PACKAGE_VERSION \"([^\"]+)\""))) continue;
