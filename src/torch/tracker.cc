@@ -1,6 +1,7 @@
 #include "tracker.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -21,6 +22,26 @@ namespace {
 // hundred KiB); below this size an ordinary memset is cheaper than the
 // system calls.
 constexpr size_t kLazyZeroMinBytes = size_t{64} << 10;
+
+// Set while this thread runs a zero_ of the plugin's own: it is never skipped.
+thread_local bool t_zeroing = false;
+
+// Zeroes a whole storage with torch's own kernels (on a device: the current
+// stream), through a byte view of it. False when torch refused.
+bool zero_with_torch(c10::StorageImpl* storage) {
+  try {
+    at::Tensor bytes = at::empty({0}, at::TensorOptions().dtype(at::kByte).device(storage->device()));
+    bytes.set_(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage)), 0,
+               {static_cast<int64_t>(storage->nbytes())}, {1});
+    t_zeroing = true;
+    bytes.zero_();
+    t_zeroing = false;
+    return true;
+  } catch (const std::exception&) {
+    t_zeroing = false;
+    return false;
+  }
+}
 
 c10::StorageImpl* storage_of(const at::TensorBase& tensor) {
   return tensor.defined() ? compat::storage_of(tensor.unsafeGetTensorImpl()) : nullptr;
@@ -106,9 +127,33 @@ void Tracker::log(fsdpskip_log_level level, const char* what, const c10::Storage
 
 Tracker::Record* Tracker::find_locked(const c10::StorageImpl* storage) {
   auto& data_ptr = compat::data_ptr(*const_cast<c10::StorageImpl*>(storage));
-  if (data_ptr.get_deleter() != &tracked_deleter) return nullptr;
   auto found = records_.find(data_ptr.get_context());
-  return found != records_.end() && found->second.storage == storage ? &found->second : nullptr;
+  if (found == records_.end() || found->second.storage != storage) return nullptr;
+  Record& record = found->second;
+  if (record.watched) return record.watched->expired() ? nullptr : &record;
+  return data_ptr.get_deleter() == &tracked_deleter ? &record : nullptr;
+}
+
+c10::DeleterFnPtr Tracker::original_deleter(const Record* record, c10::StorageImpl* storage) const {
+  return record && !record->watched ? record->original_deleter : compat::data_ptr(*storage).get_deleter();
+}
+
+void Tracker::forget_locked(std::unordered_map<void*, Record>::iterator found) {
+  Record& record = found->second;
+  if (record.role == Role::kParameter && record.skipped) {
+    if (shutting_down()) freed_at_shutdown_.push_back(*record.site);
+    else resolve_locked(record, true);
+  }
+  records_.erase(found);
+  tracked_.fetch_sub(1);
+}
+
+void Tracker::sweep_ended_locked() {
+  for (auto it = records_.begin(); it != records_.end();) {
+    auto next = std::next(it);
+    if (it->second.watched && it->second.watched->expired()) forget_locked(it);
+    it = next;
+  }
 }
 
 Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
@@ -118,9 +163,16 @@ Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
   // Without a deleter and a context of its own, a storage's end cannot be
   // observed, so it is never tagged (and never skipped).
   if (context == nullptr || deleter == nullptr || deleter == &tracked_deleter) return nullptr;
-  if (records_.count(context) || !data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) return nullptr;
+  auto existing = records_.find(context);
+  if (existing != records_.end()) {
+    if (!existing->second.watched || !existing->second.watched->expired()) return nullptr;
+    forget_locked(existing);  // a watched storage ended; a stranger has its address
+  }
+  bool swap = from_cpu_allocator(storage, deleter);
+  if (swap && !data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) return nullptr;
   Record& record = records_[context];
-  record = Record{storage, deleter, role, false, nullptr};
+  record = Record{storage, swap ? deleter : nullptr, std::nullopt, role, false, nullptr};
+  if (!swap) record.watched.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
   tracked_.fetch_add(1);
   return &record;
 }
@@ -209,7 +261,7 @@ bool Tracker::zero_lazily(const at::Tensor& self, c10::StorageImpl* storage, boo
 
 fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zeroes) {
   c10::StorageImpl* storage = storage_of(self);
-  if (storage == nullptr || !enabled()) return FSDPSKIP_RUN;
+  if (storage == nullptr || !enabled() || t_zeroing) return FSDPSKIP_RUN;
   bool loading_now = loading();
   if (loading_now || pending_.load() != 0) {
     if (tracked_.load() != 0) {
@@ -250,11 +302,11 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
   if (storage == nullptr) return;
   if (kernel == FSDPSKIP_COPY) tag(storage);  // the destination of a skipped conversion
   bool tagged = false, first = false;
-  c10::DeleterFnPtr deleter = compat::data_ptr(*storage).get_deleter();
+  c10::DeleterFnPtr deleter;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Record* record = find_locked(storage);
-    if (record != nullptr) deleter = record->original_deleter;
+    deleter = original_deleter(record, storage);
     if (record != nullptr && record->role == Role::kParameter) {
       tagged = true;
       ++stats_.calls[kernel];
@@ -272,17 +324,22 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
     stats_.lazy_zero_bytes_released += zeroed.released;
     return;
   }
-  // A skipped storage reads as zeros, never as stale heap contents. Memory
-  // that is not provably the CPU allocator's private anonymous pages (file
-  // mappings, shared or pinned memory, device memory) is left as it is.
+  // A skipped storage reads as zeros, never as stale contents (transformers
+  // #45050's NaN). The CPU allocator's private anonymous pages are released;
+  // device memory (the CUDA caching allocator's) is zeroed by torch's own
+  // zero_ on the current stream; CPU memory of other kinds (file mappings,
+  // shared or pinned memory) is left as it is.
   size_t bytes = storage->nbytes();
   Zeroed zeroed;
+  bool left = false;
   if (anonymous) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
+  else if (storage->device_type() != c10::DeviceType::CPU && zero_with_torch(storage)) zeroed.written = bytes;
+  else left = true;
   if (!first) return;
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.bytes_released += zeroed.released;
   stats_.bytes_written += zeroed.written;
-  if (!anonymous) stats_.bytes_left += bytes;
+  if (left) stats_.bytes_left += bytes;
   log(FSDPSKIP_LOG_DEBUG, "skipped init of", storage);
 }
 
@@ -327,6 +384,7 @@ void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
   bool track_received = loading() || pending_.load() != 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    sweep_ended_locked();
     for (const at::Tensor& tensor : tensors) {
       c10::StorageImpl* storage = storage_of(tensor);
       if (storage == nullptr) continue;
@@ -345,6 +403,7 @@ void Tracker::received(const void* buffer, size_t bytes) {
   if (!loading() && pending_.load() == 0) return;  // training: nothing left to resolve
   auto begin = reinterpret_cast<uintptr_t>(buffer), end = begin + bytes;
   std::lock_guard<std::mutex> lock(mutex_);
+  sweep_ended_locked();
   if (bytes != 0 && tracked_.load() != 0)
     for (auto& entry : records_) {
       Record& record = entry.second;
@@ -358,25 +417,21 @@ void Tracker::received(const void* buffer, size_t bytes) {
 c10::DeleterFnPtr Tracker::forget(void* context) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = records_.find(context);
-  if (found == records_.end()) return nullptr;
-  Record& record = found->second;
-  c10::DeleterFnPtr original = record.original_deleter;
-  if (record.role == Role::kParameter && record.skipped) {
-    if (shutting_down()) freed_at_shutdown_.push_back(*record.site);
-    else resolve_locked(record, true);
-  }
-  records_.erase(found);
-  tracked_.fetch_sub(1);
+  if (found == records_.end() || found->second.watched) return nullptr;
+  c10::DeleterFnPtr original = found->second.original_deleter;
+  forget_locked(found);
   return original;
 }
 
 Stats Tracker::stats() {
   std::lock_guard<std::mutex> lock(mutex_);
+  sweep_ended_locked();
   return stats_;
 }
 
 std::vector<SkipSite> Tracker::pending() {
   std::lock_guard<std::mutex> lock(mutex_);
+  sweep_ended_locked();
   std::vector<SkipSite> result = freed_at_shutdown_;
   for (auto& entry : records_)
     if (entry.second.role == Role::kParameter && entry.second.skipped) result.push_back(*entry.second.site);

@@ -2,18 +2,26 @@
 // decision made from it. Only the plugin's C adapter (plugin.cc) and the unit
 // tests call it.
 //
-// A storage is tracked from the moment it matters until its memory is freed:
-// tracking swaps its DataPtr's deleter for tracked_deleter, which forgets the
-// record and calls the original. A tag therefore dies with its storage; a
-// later storage at the same address, with the same size, is a stranger.
+// A storage is tracked from the moment it matters until its memory is freed.
+// The CPU allocator's storages have their DataPtr's deleter swapped for
+// tracked_deleter, which forgets the record and calls the original: the tag
+// dies exactly with its storage. Any other allocator's deleter is left alone
+// (the CUDA caching allocator recognises its blocks by their deleter: a
+// swapped one would silently turn record_stream off, letting a block be
+// reused while NCCL's stream still reads it); those storages are watched
+// through a weak reference instead, which keeps their StorageImpl's address
+// from being reused and tells, at the next lookup or sweep, that they ended.
+// Either way a later storage at the same address is a stranger.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -100,13 +108,20 @@ class Tracker {
  private:
   struct Record {
     c10::StorageImpl* storage;
-    c10::DeleterFnPtr original_deleter;
+    c10::DeleterFnPtr original_deleter;  // swapped: the deleter to call at the free
+    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> watched;  // not swapped
     Role role;
     bool skipped = false;  // pending while role == kParameter
     std::unique_ptr<SkipSite> site;
   };
 
   Record* find_locked(const c10::StorageImpl* storage);
+  // A record whose storage ended: resolved by its free (or kept as pending
+  // when the process is exiting), then forgotten.
+  void forget_locked(std::unordered_map<void*, Record>::iterator record);
+  void sweep_ended_locked();
+  // The storage's deleter, as it was before tracking.
+  c10::DeleterFnPtr original_deleter(const Record* record, c10::StorageImpl* storage) const;
   Record* track_locked(c10::StorageImpl* storage, Role role);
   void resolve_locked(Record& record, bool by_free);
   // Rank 0's data starts to arrive: no new parameter is a placeholder.

@@ -147,6 +147,15 @@ def test_doctor_passes_this_torch_with_every_probe(tmp_path):
     assert sum(c["status"] == "ok" for c in symbols) >= 9
     assert all(c["status"] != "FAIL" for c in symbols)
     assert checks["plugin"]["status"] == "ok"
+    # A CUDA build (PyPI's wheels): ProcessGroupNCCL and NCCL's C API are
+    # reached through libtorch_cuda's relocations too.
+    nccl = {name: c["status"] for name, c in checks.items()
+            if name.startswith("symbol ") and ("NCCL" in name or " nccl" in name)}
+    assert len(nccl) == 4, checks.keys()
+    if torch.cuda.is_available() or torch.version.cuda:
+        assert set(nccl.values()) == {"ok"}, nccl
+    else:
+        assert set(nccl.values()) == {"n/a"}, nccl
     human = fsdpskip("doctor", "--python", PYTHON)
     assert human.returncode == 0 and "verdict: fsdpskip can work with this torch" in human.stdout
 

@@ -221,6 +221,29 @@ TEST(Tracker, DisabledTagsAndSkipsNothingButStillResolves) {
   EXPECT_TRUE(tracker().tag(storage(later))) << "enabled again, a new loading phase";
 }
 
+TEST(Tracker, ForeignAllocatorsKeepTheirDeleterAndAreWatched) {
+  // The CUDA caching allocator's blocks, pinned memory, a numpy array: any
+  // allocator but the CPU one. Its deleter must stay (CUDA's record_stream
+  // recognises its blocks by it); the storage's end is still seen.
+  std::vector<float> memory(4096, 5.0f);
+  int deleted = 0;
+  at::Tensor param = torch::from_blob(memory.data(), {4096}, [&](void*) { ++deleted; });
+  c10::DeleterFnPtr before = compat::data_ptr(*storage(param)).get_deleter();
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  EXPECT_EQ(compat::data_ptr(*storage(param)).get_deleter(), before);
+  EXPECT_TRUE(tracker().is_tagged(storage(param)));
+  ASSERT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, param), FSDPSKIP_SKIP);
+  tracker().skipped(FSDPSKIP_NORMAL, param);
+  EXPECT_TRUE(tracker().is_pending(storage(param)));
+  EXPECT_EQ(memory[0], 5.0f) << "CPU memory of another allocator is left as it is";
+  EXPECT_EQ(tracker().stats().bytes_left, 4096 * sizeof(float));
+  param = at::Tensor();  // the storage ends: its own deleter runs
+  EXPECT_EQ(deleted, 1);
+  Stats stats = tracker().stats();  // sees the end
+  EXPECT_EQ(stats.resolved_by_free, 1u);
+  EXPECT_TRUE(tracker().pending().empty());
+}
+
 TEST(Tracker, FreeResolvesAndShutdownFreesStayPending) {
   {
     at::Tensor replaced = torch::empty({32});
