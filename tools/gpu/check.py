@@ -1,0 +1,308 @@
+"""The GPU check (tools/gpu-check builds the preload and plugin, then runs
+this): fsdpskip with CUDA parameters and NCCL, on PyPI's CUDA torch.
+
+Each step runs in fresh processes under the preload (FSDPSKIP=on, local rank
+1, a JSON report per process) and, where a comparison proves the check can
+fail, without it:
+  a. init_on_cuda       a model built on cuda launches no init kernels for its
+                        parameters (torch.profiler) and every parameter reads
+                        as zeros (zeroed on the current stream)
+  b. nccl_broadcast     a world-size-1 NCCL broadcast into a skipped parameter
+                        resolves it (pending 0)
+  c. two_ranks_gloo     two ranks sharing the GPU over gloo: rank 1's CUDA
+                        parameters equal rank 0's after the sync, nothing pending
+  d. from_pretrained    transformers' from_pretrained with device_map="cuda"
+                        under accelerate's FSDP variables, synced: finite,
+                        nothing pending
+  e. record_stream      the caching allocator still honours record_stream on a
+                        tagged storage (its block is not handed out again while
+                        a side stream uses it)
+Prints a table and writes gpu-check.json. Without a GPU it says "no GPU" and
+exits 1."""
+import argparse
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+
+HERE = os.path.abspath(__file__)
+POLICY = ("FSDPSKIP", "FSDPSKIP_LOCAL_RANK", "FSDPSKIP_LOG", "FSDPSKIP_REPORT", "FSDPSKIP_PLUGIN", "LOCAL_RANK",
+          "RANK", "ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING", "LD_PRELOAD")
+
+
+# ---- the steps, each run in a child process ------------------------------
+
+def digest(tensor):
+    return hashlib.sha1(tensor.detach().contiguous().cpu().view(-1).view(__import__("torch").uint8).numpy()
+                        .tobytes()).hexdigest()
+
+
+def build_model(seed=0):
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(seed)
+    model = nn.Sequential(*[nn.Linear(1024, 1024, device="cuda") for _ in range(4)],
+                          nn.LayerNorm(1024, device="cuda"), nn.Embedding(8000, 1024, device="cuda"))
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                module.weight.normal_(0.0, 0.02)
+                module.bias.zero_()
+        nn.init.trunc_normal_(model[-1].weight, std=0.02)
+    torch.cuda.synchronize()
+    return model
+
+
+def init_on_cuda(args):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model = build_model()
+    names = {event.key for event in prof.key_averages()}
+    init = sorted(n for n in names if any(k in n.lower() for k in ("distribution", "normal", "uniform", "erfinv")))
+    return {"init_kernels": init, "kernels": len(names), "parameters": len(list(model.parameters())),
+            "all_zero": all(bool((p == 0).all()) for p in model.parameters()),
+            "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
+
+
+def init_group(backend, rank, world):
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    return dist
+
+
+def nccl_broadcast(args):
+    import torch
+    import torch.nn as nn
+    dist = init_group("nccl", 0, 1)
+    param = nn.Parameter(torch.empty(1 << 20, device="cuda"))
+    nn.init.normal_(param)
+    dist.broadcast(param.data, src=0)
+    torch.cuda.synchronize()
+    return {"all_zero": bool((param == 0).all())}
+
+
+def two_ranks_gloo(args):
+    import torch
+    rank = int(os.environ["RANK"])
+    dist = init_group("gloo", rank, 2)
+    model = build_model(seed=rank)  # without fsdpskip the ranks differ until the sync
+    for param in model.parameters():
+        dist.broadcast(param.data, src=0)
+    torch.cuda.synchronize()
+    digests = [digest(p) for p in model.parameters()]
+    everyone = [None, None]
+    dist.all_gather_object(everyone, digests)
+    dist.barrier()
+    return {"equal_to_rank0": everyone[0] == everyone[1],
+            "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
+
+
+def save_checkpoint(args):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
+                                 num_attention_heads=8, num_key_value_heads=8, vocab_size=16000)
+                     ).save_pretrained(args.work)
+    return {}
+
+
+def from_pretrained(args):
+    import torch
+    from transformers import AutoModelForCausalLM
+    dist = init_group("gloo", 0, 1)
+    model = AutoModelForCausalLM.from_pretrained(args.work, device_map="cuda", dtype=torch.float32)
+    for param in model.parameters():
+        dist.broadcast(param.data, src=0)
+    torch.cuda.synchronize()
+    return {"device": str(next(model.parameters()).device),
+            "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
+
+
+def record_stream(args):
+    """Whether a freed block is handed out again while a side stream still
+    uses it: for a tagged parameter with record_stream (must not be), and two
+    controls on an ordinary tensor, with record_stream (must not be) and
+    without (is: the check can tell)."""
+    import torch
+    import torch.nn as nn
+    elements = 16 << 20
+
+    def reused(make, record):
+        tensor = make()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000_000)  # about a second of GPU time on the side stream
+            (tensor * 2).sum()
+        if record:
+            tensor.record_stream(side)
+        address = tensor.data_ptr()
+        del tensor
+        again = torch.empty(elements, device="cuda")
+        result = again.data_ptr() == address
+        torch.cuda.synchronize()
+        return result
+
+    def tagged():
+        param = nn.Parameter(torch.empty(elements, device="cuda"))
+        nn.init.normal_(param)  # skipped: its storage is tagged
+        return param.data
+
+    return {"tagged_with_record_stream_reused": reused(tagged, True),
+            "plain_with_record_stream_reused": reused(lambda: torch.empty(elements, device="cuda"), True),
+            "plain_without_record_stream_reused": reused(lambda: torch.empty(elements, device="cuda"), False)}
+
+
+def probe_gpu(args):
+    import torch
+    available = torch.cuda.is_available()
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "available": available,
+            "device": torch.cuda.get_device_name(0) if available else None}
+
+
+CHILDREN = {f.__name__: f for f in (init_on_cuda, nccl_broadcast, two_ranks_gloo, save_checkpoint, from_pretrained,
+                                     record_stream, probe_gpu)}
+
+
+# ---- the parent: runs the children, judges, prints ------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Runner:
+    def __init__(self, preload, work):
+        self.preload, self.work = preload, work
+
+    def start(self, child, preload, name, **variables):
+        env = {k: v for k, v in os.environ.items() if k not in POLICY}
+        env.update(OMP_NUM_THREADS="1", MASTER_PORT=str(variables.pop("port", free_port())))
+        if preload:
+            env.update(LD_PRELOAD=self.preload, FSDPSKIP="on", LOCAL_RANK="1",
+                       FSDPSKIP_REPORT=os.path.join(self.work, name + ".report.json"))
+        env.update({k: str(v) for k, v in variables.items()})
+        return subprocess.Popen([sys.executable, HERE, "--child", child, "--work", self.work], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    @staticmethod
+    def finish(process, timeout=240):
+        out, err = process.communicate(timeout=timeout)
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if process.returncode != 0 or not lines:
+            raise RuntimeError("exit %d: %s" % (process.returncode, err.strip().splitlines()[-1:] or "no output"))
+        return json.loads(lines[-1]), err
+
+    def run(self, child, preload, name=None, **variables):
+        return self.finish(self.start(child, preload, name or child, **variables))
+
+    def report(self, name):
+        with open(os.path.join(self.work, name + ".report.json")) as f:
+            return json.load(f)
+
+
+def judge_init_on_cuda(runner):
+    plain, _ = runner.run("init_on_cuda", False)
+    skipped, _ = runner.run("init_on_cuda", True)
+    report = runner.report("init_on_cuda")
+    ok = (bool(plain["init_kernels"]) and not skipped["init_kernels"] and skipped["all_zero"]
+          and report["bytes_left_unzeroed"] == 0 and report["storages_skipped"] == skipped["parameters"])
+    return ok, ("init kernels without fsdpskip: %d, with: %d %s; %d parameters read as zeros: %s; "
+                "bytes_left_unzeroed %d" % (len(plain["init_kernels"]), len(skipped["init_kernels"]),
+                                            skipped["init_kernels"][:3], skipped["parameters"], skipped["all_zero"],
+                                            report["bytes_left_unzeroed"])), {"plain": plain, "skipped": skipped,
+                                                                              "report": report}
+
+
+def judge_nccl_broadcast(runner):
+    result, _ = runner.run("nccl_broadcast", True, RANK=0, WORLD_SIZE=1)
+    report = runner.report("nccl_broadcast")
+    ok = report["pending_count"] == 0 and report["resolved_by_overwrite"] >= 1 and report["loading_ended"]
+    return ok, "resolved by overwrite %d, loading ended %s, pending %d" % (
+        report["resolved_by_overwrite"], report["loading_ended"], report["pending_count"]), {"report": report}
+
+
+def judge_two_ranks_gloo(runner):
+    port = free_port()
+    ranks = [runner.start("two_ranks_gloo", True, "two_ranks_gloo.%d" % r, port=port, RANK=r, LOCAL_RANK=r,
+                          WORLD_SIZE=2) for r in (0, 1)]
+    results = [runner.finish(p)[0] for p in ranks]
+    report = runner.report("two_ranks_gloo.1")
+    ok = all(r["equal_to_rank0"] and r["all_finite"] for r in results) and report["pending_count"] == 0 and \
+        report["storages_skipped"] > 0
+    return ok, "rank 1 equal to rank 0: %s; skipped %d storages, pending %d" % (
+        results[1]["equal_to_rank0"], report["storages_skipped"], report["pending_count"]), {"report": report}
+
+
+def judge_from_pretrained(runner):
+    runner.run("save_checkpoint", False)
+    result, _ = runner.run("from_pretrained", True, RANK=0, WORLD_SIZE=1, ACCELERATE_USE_FSDP="true",
+                           FSDP_CPU_RAM_EFFICIENT_LOADING="true")
+    report = runner.report("from_pretrained")
+    ok = result["device"].startswith("cuda") and result["all_finite"] and report["pending_count"] == 0
+    return ok, "on %s, finite %s, skipped %d storages, zeroed lazily %d, pending %d" % (
+        result["device"], result["all_finite"], report["storages_skipped"], report["lazy_zero_calls"],
+        report["pending_count"]), {"result": result, "report": report}
+
+
+def judge_record_stream(runner):
+    result, _ = runner.run("record_stream", True)
+    ok = (not result["tagged_with_record_stream_reused"] and not result["plain_with_record_stream_reused"]
+          and result["plain_without_record_stream_reused"])
+    return ok, "block reused while the side stream ran: tagged+record_stream %s, plain+record_stream %s, " \
+               "plain without it %s (the control)" % (result["tagged_with_record_stream_reused"],
+                                                      result["plain_with_record_stream_reused"],
+                                                      result["plain_without_record_stream_reused"]), result
+
+
+STEPS = [("a init_on_cuda", judge_init_on_cuda), ("b nccl_broadcast", judge_nccl_broadcast),
+         ("c two_ranks_gloo", judge_two_ranks_gloo), ("d from_pretrained", judge_from_pretrained),
+         ("e record_stream", judge_record_stream)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preload", help="libfsdpskip.so (the plugin beside it)")
+    parser.add_argument("--out", default=".")
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(CHILDREN[args.child](args)))
+        return 0
+
+    work = os.path.join(os.path.abspath(args.out), "gpu-check-work")
+    os.makedirs(work, exist_ok=True)
+    runner = Runner(os.path.abspath(args.preload), work)
+    gpu, _ = runner.run("probe_gpu", False)
+    summary = {"torch": gpu["torch"], "cuda": gpu["cuda"], "device": gpu["device"], "steps": []}
+    if not gpu["available"]:
+        summary["verdict"] = "no GPU"
+        print("gpu-check: no GPU: torch %s (CUDA %s) sees no CUDA device; nothing was checked" %
+              (gpu["torch"], gpu["cuda"]))
+    else:
+        for name, judge in STEPS:
+            try:
+                ok, detail, figures = judge(runner)
+            except Exception as error:  # a step that cannot run fails, the others still run
+                ok, detail, figures = False, "%s: %s" % (type(error).__name__, error), {}
+            summary["steps"].append({"step": name, "ok": ok, "detail": detail, "figures": figures})
+        summary["verdict"] = "pass" if all(s["ok"] for s in summary["steps"]) else "fail"
+        width = max(len(s["step"]) for s in summary["steps"])
+        print("gpu-check: torch %s, CUDA %s, %s" % (gpu["torch"], gpu["cuda"], gpu["device"]))
+        for s in summary["steps"]:
+            print("%-*s  %-4s  %s" % (width, s["step"], "ok" if s["ok"] else "FAIL", s["detail"]))
+        print("verdict: %s" % summary["verdict"])
+    with open(os.path.join(args.out, "gpu-check.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return 0 if summary["verdict"] == "pass" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
