@@ -1,6 +1,7 @@
 """Real frameworks (transformers, accelerate, FSDP2) on 2 ranks, CPU, gloo.
 They exist in the torch-2 roots (tools/torch-roots); where a framework is
 not installed these tests are skipped, and tools/test runs them in sid."""
+import json
 import os
 import re
 
@@ -143,6 +144,34 @@ def test_fsdpskip_run_inside_accelerate_launch():
     assert len(summary) == 1 and "skipped" in summary[0] and "(none)" not in summary[0], done.stderr[-2000:]
     assert skipping.stdout in done.stdout, "the program saw rank 1's skipped placeholders"
 
+
+
+def test_fsdpskip_run_inside_a_two_process_accelerate_launch(tmp_path):
+    """`accelerate launch --use_fsdp --num_processes 2 --no_python fsdpskip run
+    -- python …`: accelerate starts torchrun's agent and exports its FSDP
+    variables; fsdpskip, in its default mode, acts on local rank 1 alone."""
+    import launch
+    if not launch.torchrun_agent_can_start(dict(os.environ)):
+        pytest.skip("torchrun's agent cannot start with this torch (no libuv)")
+    plain = json.loads(run([PYTHON, SCENARIOS, "hf_init_weights"], preload=False).stdout)
+    report = str(tmp_path / "report-%l.json")
+    done = run(["accelerate", "launch", "--use_fsdp", "--num_processes", "2", "--num_machines", "1",
+                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(launch.free_port()),
+                "--no_python", COMMAND, "run", "--report", report, "--", PYTHON, SCENARIOS, "hf_init_weights"],
+               preload=False, HOME=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Both ranks print to one pipe: their objects may share a line.
+    decoder, text, outputs = json.JSONDecoder(), done.stdout, []
+    while "{" in text:
+        found, end = decoder.raw_decode(text, text.index("{"))
+        outputs.append(found)
+        text = text[end:]
+    assert len(outputs) == 2 and plain in outputs, "rank 0 initialised as without fsdpskip"
+    skipped = next(out for out in outputs if out != plain)
+    assert all(facts["zero"] for facts in skipped.values()), skipped
+    summaries = [line for line in done.stderr.splitlines() if line.startswith("fsdpskip: local rank")]
+    assert len(summaries) == 1 and summaries[0].startswith("fsdpskip: local rank 1 pid"), done.stderr[-3000:]
+    assert not os.path.exists(report.replace("%l", "0")) and os.path.exists(report.replace("%l", "1"))
 
 
 def test_fsdp2_torchtitan_flow(tmp_path):

@@ -32,16 +32,22 @@ def _torchrun_can_start(env):
 _can_start = None
 
 
+def torchrun_agent_can_start(env):
+    """Whether torchrun's agent starts with this Python's torch (not on
+    Debian's libuv-less torch 2.x builds); asked once."""
+    global _can_start
+    if _can_start is None:
+        _can_start = _torchrun_can_start({k: v for k, v in env.items() if k != "LD_PRELOAD"})
+    return _can_start
+
+
 def run(script_args, env, nproc=2, timeout=None, prefix=()):
     """Runs `python script_args...` on nproc ranks; returns a CompletedProcess
     whose stdout and stderr carry each rank's lines prefixed [default<rank>]:.
     `prefix` goes before the launcher (`fsdpskip run --`), or before each
     rank where ranks are started directly, as srun would."""
-    global _can_start
     env = dict(env, USE_LIBUV=env.get("USE_LIBUV", "0"))
-    if _can_start is None:
-        _can_start = _torchrun_can_start({k: v for k, v in env.items() if k != "LD_PRELOAD"})
-    if _can_start:
+    if torchrun_agent_can_start(env):
         command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--redirects", "2",
                    "--tee", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + script_args
         return subprocess.run(list(prefix) + command, env=env, capture_output=True, text=True, timeout=timeout)
