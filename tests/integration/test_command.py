@@ -213,6 +213,21 @@ def test_doctor_detects_a_torch_that_binds_its_own_calls(variant, needles):
     assert next(c for c in linked_as_usual["checks"] if "[zero]" in c["check"])["status"] == "ok"
 
 
+def test_doctor_names_an_nccl_linked_in_statically():
+    """A CUDA torch with no libnccl.so loaded beside libtorch_cuda.so: the
+    NCCL rows cannot apply, and the doctor says why and what still works; a
+    torch without CUDA has no NCCL at all."""
+    _, static = doctor_json("--libtorch", os.path.join(BUILD_DIR, "fixtures", "static_nccl"))
+    rows = [c for c in static["checks"] if c["check"].startswith("symbol nccl")]
+    assert len(rows) == 3, static["checks"]
+    for row in rows:
+        assert row["status"] == "n/a" and "linked into it statically" in row["detail"], row
+        assert "ProcessGroupNCCL row" in row["detail"]
+    _, cpu_only = doctor_json("--libtorch", os.path.join(BUILD_DIR, "fixtures", "plt"))
+    rows = [c for c in cpu_only["checks"] if c["check"].startswith("symbol nccl")]
+    assert len(rows) == 3 and all(r["status"] == "n/a" and "no libnccl.so" in r["detail"] for r in rows), rows
+
+
 # --- install ---------------------------------------------------------------
 
 def test_installed_tree_works_after_it_is_moved(tmp_path):
