@@ -88,37 +88,25 @@ inline Fn original_as(HookId id) {
     return original_as<Fn_##id>(HookId::id)(self);                                                \
   }
 
-// fill_ (Tensor& self, const Scalar& or const Tensor& value)
-#define FORWARDER_Binary(id, kernel, mangled)                                               \
+// fill_ (Tensor& self, const Tensor& value), and fill_ (Tensor& self, const
+// Scalar& value), whose value the plugin reads (a fill with zero is a zero_).
+#define BINARY_FORWARDER(id, kernel, mangled, decision)                                     \
   using Fn_##id = void* (*)(void*, const void*);                                           \
   ACTIVE_PATH(id)(void* self, const void* value) -> void* {                                \
     auto fn = original_as<Fn_##id>(HookId::id);                                             \
     const fsdpskip_plugin* plugin = active_plugin();                                        \
     if (plugin == nullptr) return fn(self, value);                                          \
-    return dispatch(plugin->decide_init(kernel, self), plugin, kernel, self, self,         \
-                    [&](void* t) { return fn(t, value); });                                 \
+    return dispatch(decision, plugin, kernel, self, self, [&](void* t) { return fn(t, value); }); \
   }                                                                                         \
   EXPORT void* hook_##id(void* self, const void* value) __asm__(mangled);                  \
   void* hook_##id(void* self, const void* value) {                                         \
     if (__builtin_expect(g_active, 0)) return active_##id(self, value);                     \
     return original_as<Fn_##id>(HookId::id)(self, value);                                   \
   }
-
-// fill_ (Tensor& self, const Scalar& value): the plugin reads the value.
-#define FORWARDER_FillScalar(id, kernel, mangled)                                           \
-  using Fn_##id = void* (*)(void*, const void*);                                           \
-  ACTIVE_PATH(id)(void* self, const void* value) -> void* {                                \
-    auto fn = original_as<Fn_##id>(HookId::id);                                             \
-    const fsdpskip_plugin* plugin = active_plugin();                                        \
-    if (plugin == nullptr) return fn(self, value);                                          \
-    return dispatch(plugin->decide_fill(self, value), plugin, kernel, self, self,          \
-                    [&](void* t) { return fn(t, value); });                                 \
-  }                                                                                         \
-  EXPORT void* hook_##id(void* self, const void* value) __asm__(mangled);                  \
-  void* hook_##id(void* self, const void* value) {                                         \
-    if (__builtin_expect(g_active, 0)) return active_##id(self, value);                     \
-    return original_as<Fn_##id>(HookId::id)(self, value);                                   \
-  }
+#define FORWARDER_Binary(id, kernel, mangled) \
+  BINARY_FORWARDER(id, kernel, mangled, plugin->decide_init(kernel, self))
+#define FORWARDER_FillScalar(id, kernel, mangled) \
+  BINARY_FORWARDER(id, kernel, mangled, plugin->decide_fill(self, value))
 
 // copy_ (Tensor& self, const Tensor& src, bool non_blocking). A skipped copy
 // checks its arguments on two probes: one like self, one like src.
