@@ -82,6 +82,7 @@ def nccl_broadcast(args):
     nn.init.normal_(param)
     dist.broadcast(param.data, src=0)
     torch.cuda.synchronize()
+    dist.destroy_process_group()  # a live group can abort the exit (pytorch #190489)
     return {"all_zero": bool((param == 0).all())}
 
 
@@ -97,6 +98,7 @@ def two_ranks_gloo(args):
     everyone = [None, None]
     dist.all_gather_object(everyone, digests)
     dist.barrier()
+    dist.destroy_process_group()
     return {"equal_to_rank0": everyone[0] == everyone[1],
             "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
 
@@ -119,6 +121,7 @@ def from_pretrained(args):
     for param in model.parameters():
         dist.broadcast(param.data, src=0)
     torch.cuda.synchronize()
+    dist.destroy_process_group()
     return {"device": str(next(model.parameters()).device),
             "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
 
