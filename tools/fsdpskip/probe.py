@@ -7,6 +7,7 @@ and the process's report (FSDPSKIP_REPORT) for what only exit can tell.
 
 usage: python probe.py STORE_FILE
 """
+import datetime
 import json
 import os
 import sys
@@ -111,13 +112,14 @@ def main():
            else "normal_ with std < 0 raised %r" % error)
 
     # c10d::ProcessGroupGloo::broadcast: rank 0's data arrives, nothing stays pending.
+    # A group of its own, dropped while Python is alive: the default group,
+    # left to interpreter finalization, can abort in gloo's threads (torch
+    # 2.15, pytorch #190489), and destroy_process_group() can hang (torch 2.6).
     def broadcast():
-        dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
+        group = dist.ProcessGroupGloo(dist.FileStore(store, 1), 0, 1, datetime.timedelta(seconds=60))
         for tensor in kept:
-            dist.broadcast(tensor.data, 0)
-        # Exiting with the group alive can abort in gloo's threads during
-        # interpreter finalization (torch 2.15, seen here; pytorch #190489).
-        dist.destroy_process_group()
+            group.broadcast(tensor.data, 0).wait()
+        del group
     _, error, _ = captured(broadcast)
     report("gloo broadcast", error is None, "raised %s" % error if error else "ran (the report confirms)")
 
