@@ -1,5 +1,7 @@
 #include "elf_identity.h"
 
+#include "../common/torch_identity.h"
+
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
@@ -23,12 +25,6 @@ struct Search {
 
 size_t align4(size_t n) { return (n + 3) & ~size_t{3}; }
 
-void hex(const unsigned char* bytes, size_t count, char* out, size_t out_size) {
-  size_t i = 0;
-  for (; i < count && 2 * i + 2 < out_size; ++i) snprintf(out + 2 * i, 3, "%02x", bytes[i]);
-  out[2 * i] = '\0';
-}
-
 // Walks the PT_NOTE segments as mapped in memory.
 void find_build_id(const struct dl_phdr_info* info, char* out, size_t out_size) {
   out[0] = '\0';
@@ -43,7 +39,7 @@ void find_build_id(const struct dl_phdr_info* info, char* out, size_t out_size) 
       const char* desc = name + align4(header->n_namesz);
       if (desc + header->n_descsz > end) break;
       if (header->n_type == NT_GNU_BUILD_ID && header->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
-        hex(reinterpret_cast<const unsigned char*>(desc), header->n_descsz, out, out_size);
+        hex_text(reinterpret_cast<const unsigned char*>(desc), header->n_descsz, out, out_size);
         return;
       }
       note = desc + align4(header->n_descsz);

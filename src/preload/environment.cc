@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "environment.h"
-#include "state.h"
+#include "preload.h"
 
 namespace fsdpskip {
 namespace {

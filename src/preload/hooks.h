@@ -1,9 +1,9 @@
 // The hook table (hooks.def) as data: ids, names, and the originals.
 #pragma once
 
-namespace fsdpskip {
+#include "../common/libraries.h"
 
-enum class Library { kTorchCpu, kC10, kTorchCuda, kNccl };
+namespace fsdpskip {
 
 enum class HookId {
 #define HOOK(id, library, shape, kernel, mangled) id,
@@ -21,9 +21,6 @@ struct Hook {
 
 extern Hook g_hooks[];
 constexpr int kHookCount = static_cast<int>(HookId::kCount);
-
-// The soname prefix of a library ("libtorch_cpu.so").
-const char* library_prefix(Library library);
 
 // Resolves a hook's original (thread-safe, idempotent); nullptr when no
 // loaded object defines it.

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "hooks.h"
-#include "state.h"
+#include "preload.h"
 
 namespace fsdpskip {
 namespace {

@@ -10,9 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/libraries.h"
+#include "../common/torch_identity.h"
 #include "elf_identity.h"
 #include "log.h"
-#include "state.h"
+#include "preload.h"
 
 namespace fsdpskip {
 
@@ -22,7 +24,6 @@ Options g_options;
 namespace {
 
 constexpr char kPluginName[] = "libfsdpskip_torch.so";
-constexpr char kTorchLibrary[] = "libtorch_cpu.so";
 
 enum class PluginState { kUntried, kLoaded, kRefused };
 
@@ -47,20 +48,6 @@ bool g_exiting = false;        // at_exit ran: the decision is final
 bool g_exit_registered = false;
 
 const char* environment(const char* name, void*) { return getenv(name); }
-
-// The value of "key=" on its own line of the plugin's identity section.
-const char* identity_field(const char* identity, const char* key, char* out, size_t out_size) {
-  size_t key_length = strlen(key);
-  for (const char* line = identity; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : nullptr) {
-    if (strncmp(line, key, key_length) != 0 || line[key_length] != '=') continue;
-    const char* value = line + key_length + 1;
-    size_t length = strcspn(value, "\n");
-    snprintf(out, out_size, "%.*s", static_cast<int>(length), value);
-    return out;
-  }
-  snprintf(out, out_size, "?");
-  return out;
-}
 
 void plugin_path(char* out, size_t out_size) {
   if (g_plugin_override[0]) {
@@ -89,8 +76,8 @@ const fsdpskip_plugin* load_plugin() {
   char torch_path[PATH_MAX], loaded_id[128], expected_id[128], expected_version[64];
   identity_field(identity, "build-id", expected_id, sizeof expected_id);
   identity_field(identity, "torch", expected_version, sizeof expected_version);
-  if (!loaded_library_identity(kTorchLibrary, torch_path, sizeof torch_path, loaded_id, sizeof loaded_id)) {
-    log_warning("no %s is loaded in this process; inactive", kTorchLibrary);
+  if (!loaded_library_identity(library_prefix(Library::kTorchCpu), torch_path, sizeof torch_path, loaded_id, sizeof loaded_id)) {
+    log_warning("no %s is loaded in this process; inactive", library_prefix(Library::kTorchCpu));
     return nullptr;
   }
   if (strcmp(expected_id, loaded_id) != 0) {
@@ -151,7 +138,7 @@ void at_exit() {
   // imported torch and made no parameter: nothing to say at the default level.
   char path[PATH_MAX], build_id[128];
   if (g_plugin_state == PluginState::kUntried && g_options.log_level >= FSDPSKIP_LOG_DEBUG &&
-      loaded_library_identity(kTorchLibrary, path, sizeof path, build_id, sizeof build_id))
+      loaded_library_identity(library_prefix(Library::kTorchCpu), path, sizeof path, build_id, sizeof build_id))
     log_error("local rank %d pid %d: torch was loaded but no parameter was initialised; nothing skipped",
               g_options.local_rank, getpid());
 }

@@ -20,7 +20,7 @@ __attribute__((section(FSDPSKIP_TORCH_ID_SECTION), used)) static const char kTor
 namespace fsdpskip {
 namespace {
 
-const fsdpskip_host* g_host = nullptr;
+const fsdpskip_host* g_preload = nullptr;
 
 const at::Tensor& tensor(const void* pointer) { return *static_cast<const at::Tensor*>(pointer); }
 
@@ -36,18 +36,18 @@ void finish() {
   Tracker& tracker = Tracker::instance();
   tracker.begin_shutdown();
   if (tracker.forked_child()) return;
-  bool audit = g_host->mode == FSDPSKIP_MODE_AUDIT;
+  bool audit = g_preload->mode == FSDPSKIP_MODE_AUDIT;
   Stats stats = tracker.stats();
   std::vector<SkipSite> pending = tracker.pending();
   char hostname[256] = "unknown";
   gethostname(hostname, sizeof hostname - 1);
-  ReportContext context{g_host, hostname, getpid()};
+  ReportContext context{g_preload, hostname, getpid()};
   uint64_t calls = 0;
   for (uint64_t kernel_calls : stats.calls) calls += kernel_calls;
   // A process that skipped nothing (a helper that made a parameter or two, a
   // rank turned active too late) says so only at debug level.
   bool acted = calls || stats.lazy_zero_calls || stats.storages_skipped || !pending.empty();
-  if (g_host->log_level >= (acted ? FSDPSKIP_LOG_SUMMARY : FSDPSKIP_LOG_DEBUG)) {
+  if (g_preload->log_level >= (acted ? FSDPSKIP_LOG_SUMMARY : FSDPSKIP_LOG_DEBUG)) {
     write_stderr(summary_line(context, stats, pending.size(), audit));
     constexpr size_t kMaxPendingLines = 20;  // the report lists them all
     for (size_t i = 0; i < pending.size() && i < kMaxPendingLines; ++i) write_stderr(pending_line(pending[i]));
@@ -58,8 +58,8 @@ void finish() {
       write_stderr("fsdpskip: error: " + std::to_string(pending.size() - kMaxPendingLines) +
                    " more pending storages (see FSDPSKIP_REPORT)\n");
   }
-  if (g_host->report_template != nullptr) {
-    std::string path = expand_report_path(g_host->report_template, context);
+  if (g_preload->report_template != nullptr) {
+    std::string path = expand_report_path(g_preload->report_template, context);
     std::string error;
     if (!write_atomically(path, report_json(context, stats, pending, audit), &error))
       write_stderr("fsdpskip: FSDPSKIP_REPORT: " + error + "; no report written\n");
@@ -88,7 +88,7 @@ const fsdpskip_plugin kPlugin = {
     [](void* tensors) { Tracker::instance().broadcast_started(*static_cast<std::vector<at::Tensor>*>(tensors)); },
     [](const void* buffer, size_t bytes) { Tracker::instance().received(buffer, bytes); },
     [](bool opens_loading) {
-      Tracker::instance().set_policy(g_host->active, g_host->mode == FSDPSKIP_MODE_AUDIT, g_host->log_level,
+      Tracker::instance().set_policy(g_preload->active, g_preload->mode == FSDPSKIP_MODE_AUDIT, g_preload->log_level,
                                      opens_loading);
     },
     finish,
@@ -104,7 +104,7 @@ extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpski
     write_stderr("fsdpskip: the preload and libfsdpskip_torch.so come from different builds; inactive\n");
     return nullptr;
   }
-  g_host = host;
+  g_preload = host;
   Tracker::instance().start();
   Tracker::instance().set_policy(host->active, host->mode == FSDPSKIP_MODE_AUDIT, host->log_level, false);
   return &kPlugin;

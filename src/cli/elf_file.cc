@@ -1,5 +1,7 @@
 #include "elf_file.h"
 
+#include "../common/torch_identity.h"
+
 #include <elf.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -58,12 +60,9 @@ class ElfHandle {
 };
 
 std::string hex(const unsigned char* bytes, size_t count) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string text;
-  for (size_t i = 0; i < count; ++i) {
-    text += kDigits[bytes[i] >> 4];
-    text += kDigits[bytes[i] & 15];
-  }
+  std::string text(2 * count + 1, '\0');
+  hex_text(bytes, count, text.data(), text.size());
+  text.pop_back();
   return text;
 }
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/common/bytes_text.h"
+#include "../common/bytes_text.h"
 #include "commands.h"
 #include "text_table.h"
 

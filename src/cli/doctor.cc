@@ -17,7 +17,9 @@
 #include <regex>
 #include <sstream>
 
-#include "../../src/common/plugin_abi.h"
+#include "../common/libraries.h"
+#include "../common/plugin_abi.h"
+#include "../common/torch_identity.h"
 #include "commands.h"
 #include "elf_file.h"
 #include "layout.h"
@@ -31,9 +33,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-enum class Library { kTorchCpu, kC10, kTorchCuda, kNccl };
-constexpr Library kLibraries[] = {Library::kTorchCpu, Library::kC10, Library::kTorchCuda, Library::kNccl};
-
 struct HookRow {
   const char* id;
   Library library;
@@ -44,7 +43,7 @@ struct HookRow {
 // The preload's own table: the doctor checks exactly what is interposed.
 constexpr HookRow kHooks[] = {
 #define HOOK(id, library, shape, kernel, mangled) {#id, Library::library, kernel, mangled},
-#include "../../src/preload/hooks.def"
+#include "../preload/hooks.def"
 #undef HOOK
 };
 
@@ -69,11 +68,6 @@ struct Torch {
 
 const std::string& library_path(const Torch& torch, Library library) {
   return torch.libraries[static_cast<int>(library)];
-}
-
-const char* library_name(Library library) {
-  static const char* const kNames[] = {"libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", "libnccl.so"};
-  return kNames[static_cast<int>(library)];
 }
 
 std::string demangled(const char* mangled) {
@@ -150,7 +144,7 @@ std::optional<Torch> torch_of_python(const std::string& python, const std::strin
   torch.version = answer.value("version", "unknown");
   torch.cmake_prefix = answer.value("cmake_prefix", "");
   for (Library library : kLibraries)
-    torch.libraries[static_cast<int>(library)] = answer["libraries"].value(library_name(library), "");
+    torch.libraries[static_cast<int>(library)] = answer["libraries"].value(library_prefix(library), "");
   if (library_path(torch, Library::kTorchCpu).empty()) {
     *error = python + " imported torch " + torch.version + " but no libtorch_cpu.so was mapped";
     return std::nullopt;
@@ -183,7 +177,7 @@ std::optional<Torch> torch_of_libtorch(const std::string& directory, std::string
     return std::nullopt;
   }
   for (Library library : kLibraries)
-    torch.libraries[static_cast<int>(library)] = find_library_in(lib, library_name(library));
+    torch.libraries[static_cast<int>(library)] = find_library_in(lib, library_prefix(library));
   // LibTorch archives keep the CMake package in share/cmake/Torch, Debian in
   // lib/<multiarch>/cmake/Torch, PyPI's wheels in torch/share/cmake/Torch
   // beside torch/lib.
@@ -209,17 +203,17 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
     if (path.empty()) continue;
     std::string error;
     if (auto read = read_elf_facts(path, &error)) {
-      facts[library_name(library)] = *read;
+      facts[library_prefix(library)] = *read;
       if (read->symbolic)
-        checks->push_back({std::string("linking of ") + library_name(library), Status::kFail,
+        checks->push_back({std::string("linking of ") + library_prefix(library), Status::kFail,
                            path + " was linked with -Bsymbolic: it binds its own calls, LD_PRELOAD cannot reach them"});
     } else {
-      checks->push_back({std::string("reading ") + library_name(library), Status::kFail, error});
+      checks->push_back({std::string("reading ") + library_prefix(library), Status::kFail, error});
     }
   }
   std::map<std::string, std::string> present_in_family;
   for (const HookRow& row : kHooks) {
-    auto defining = facts.find(library_name(row.library));
+    auto defining = facts.find(library_prefix(row.library));
     if (defining != facts.end() && defining->second.exported.count(row.mangled)) present_in_family[family(row.id)] = row.id;
   }
   for (const HookRow& row : kHooks) {
@@ -228,16 +222,16 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
     // libtorch_cuda calls NCCL and its own rows; libtorch_cpu the others.
     Library caller = row.library == Library::kTorchCuda || row.library == Library::kNccl ? Library::kTorchCuda
                                                                                          : Library::kTorchCpu;
-    auto defining = facts.find(library_name(row.library));
-    auto calling = facts.find(library_name(caller));
-    if (defining == facts.end() && row.library == Library::kNccl && facts.count(library_name(Library::kTorchCuda))) {
+    auto defining = facts.find(library_prefix(row.library));
+    auto calling = facts.find(library_prefix(caller));
+    if (defining == facts.end() && row.library == Library::kNccl && facts.count(library_prefix(Library::kTorchCuda))) {
       checks->push_back({name, Status::kNotApplicable,
                          "no libnccl.so is loaded with libtorch_cuda.so: NCCL is linked into it statically; "
                          "rank 0's values are still seen by the ProcessGroupNCCL row, by copies and by frees"});
       continue;
     }
     if (defining == facts.end()) {
-      checks->push_back({name, Status::kNotApplicable, std::string("no ") + library_name(row.library) + " in this torch"});
+      checks->push_back({name, Status::kNotApplicable, std::string("no ") + library_prefix(row.library) + " in this torch"});
       continue;
     }
     const ElfFacts& elf = defining->second;
@@ -248,7 +242,7 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
       else if (row.kernel == FSDPSKIP_CHAIN)
         checks->push_back({name, Status::kNotApplicable, "not in this release (trunc_normal_ does not use it)"});
       else
-        checks->push_back({name, Status::kFail, std::string("not exported by ") + library_name(row.library) +
+        checks->push_back({name, Status::kFail, std::string("not exported by ") + library_prefix(row.library) +
                                                     ": this torch is not supported (hooks.def has no row for it)"});
       continue;
     }
@@ -258,22 +252,20 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
     }
     if (calling == facts.end() || !calling->second.relocated.count(row.mangled)) {
       checks->push_back({name, Status::kFail,
-                         std::string("exported, but ") + library_name(caller) +
+                         std::string("exported, but ") + library_prefix(caller) +
                              " calls it directly (-Bsymbolic-functions or LTO): LD_PRELOAD cannot reach those calls"});
       continue;
     }
     checks->push_back({name, Status::kOk,
-                       std::string("exported by ") + library_name(row.library) + ", called through a relocation"});
+                       std::string("exported by ") + library_prefix(row.library) + ", called through a relocation"});
   }
-  auto libtorch = facts.find(library_name(Library::kTorchCpu));
+  auto libtorch = facts.find(library_prefix(Library::kTorchCpu));
   return libtorch != facts.end() ? libtorch->second.build_id : "";
 }
 
-std::string identity_field(const std::string& identity, const std::string& key) {
-  std::istringstream lines(identity);
-  for (std::string line; std::getline(lines, line);)
-    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
-  return "";
+std::string identity_field(const std::string& identity, const char* key) {
+  char value[256];
+  return fsdpskip::identity_field(identity.c_str(), key, value, sizeof value);
 }
 
 std::string rebuild_advice(const Torch& torch, const Layout& layout) {

@@ -23,16 +23,6 @@ Hook g_hooks[] = {
 #undef HOOK
 };
 
-const char* library_prefix(Library library) {
-  switch (library) {
-    case Library::kTorchCpu: return "libtorch_cpu.so";
-    case Library::kC10: return "libc10.so";
-    case Library::kTorchCuda: return "libtorch_cuda.so";
-    case Library::kNccl: return "libnccl.so";
-  }
-  return "";
-}
-
 namespace {
 
 struct Candidates {
