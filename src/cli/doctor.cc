@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "../common/libraries.h"
+#include "../common/options_table.h"
 #include "../common/plugin_abi.h"
 #include "../common/torch_identity.h"
 #include "commands.h"
@@ -86,15 +87,34 @@ std::string family(const std::string& id) {
 }
 
 // What this environment would change in a probe or a query: none of the
-// variables the policy reads (options.cc's lists), no preload. FSDPSKIP_PLUGIN
+// variables the policy reads (options.def), no preload. FSDPSKIP_PLUGIN
 // stays: the doctor checks the plugin the user would get.
 std::map<std::string, std::string> clean_environment() {
-  std::map<std::string, std::string> set;
-  for (const char* name : {"LD_PRELOAD", "FSDPSKIP", "FSDPSKIP_LOG", "FSDPSKIP_REPORT"}) set[name] = "";
-  for (int i = 0; i < kLocalRankVariableCount; ++i) set[kLocalRankVariables[i]] = "";
-  for (int i = 0; i < kRankVariableCount; ++i) set[kRankVariables[i]] = "";
-  for (int i = 0; i < kAutoRequiresCount; ++i) set[kAutoRequires[i]] = "";
+  std::map<std::string, std::string> set = {{"LD_PRELOAD", ""}};
+  for (const Option& option : kOptions)
+    if (option.role != OptionRole::kPlugin) set[option.name] = "";
   return set;
+}
+
+const char* from_environment(const char* name, void*) { return getenv(name); }
+
+// What the preload would decide in this environment, and the variables it
+// read that are set: the same decision and reason FSDPSKIP_LOG=debug prints.
+struct Decision {
+  Options options;
+  std::vector<std::pair<std::string, std::string>> set;
+};
+
+Decision decision_here() {
+  Decision decision{resolve_options(from_environment, nullptr), {}};
+  for (const Option& option : kOptions)
+    if (const char* value = getenv(option.name)) decision.set.emplace_back(option.name, value);
+  return decision;
+}
+
+std::string decision_text(const Options& options) {
+  if (options.error[0]) return std::string("inactive: ") + options.error;
+  return std::string(options.active ? "active" : "inactive") + " (" + options.reason + ")";
 }
 
 class ScratchDirectory {
@@ -114,18 +134,20 @@ class ScratchDirectory {
 };
 
 constexpr char kLocateTorch[] = R"(
-import json, os, torch, torch.utils
+import json, os, sys, torch, torch.utils
 found = {}
 for line in open("/proc/self/maps"):
     path = line.split()[-1] if len(line.split()) >= 6 else ""
-    for name in ("libtorch_cpu.so", "libc10.so", "libtorch_cuda.so", "libnccl.so"):
+    for name in sys.argv[1:]:
         if os.path.basename(path).startswith(name):
             found.setdefault(name, path)
 print(json.dumps({"version": torch.__version__, "libraries": found, "cmake_prefix": torch.utils.cmake_prefix_path}))
 )";
 
 std::optional<Torch> torch_of_python(const std::string& python, const std::string& scratch, std::string* error) {
-  Finished query = run_program({python, "-c", kLocateTorch}, clean_environment(), scratch, 120);
+  std::vector<std::string> argv = {python, "-c", kLocateTorch};
+  for (Library library : kLibraries) argv.push_back(library_prefix(library));
+  Finished query = run_program(argv, clean_environment(), scratch, 120);
   if (query.status != 0) {
     std::string why = query.err;
     while (!why.empty() && why.back() == '\n') why.pop_back();
@@ -355,6 +377,7 @@ void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::
 }  // namespace
 
 int doctor(const DoctorOptions& options) {
+  Decision decision = decision_here();  // before anything else runs: the user's environment as given
   Layout layout = installed_layout();
   ScratchDirectory scratch;
   if (scratch.path().empty()) {
@@ -389,7 +412,13 @@ int doctor(const DoctorOptions& options) {
   bool ok = true;
   for (const Check& check : checks) ok = ok && check.status != Status::kFail;
   if (options.json) {
-    json out = {{"verdict", ok ? "ok" : "fail"}, {"checks", json::array()}};
+    json variables = json::object();
+    for (const auto& [name, value] : decision.set) variables[name] = value;
+    json out = {{"verdict", ok ? "ok" : "fail"},
+                {"checks", json::array()},
+                {"decision",
+                 {{"active", decision.options.active}, {"reason", decision.options.reason},
+                  {"error", decision.options.error}, {"variables", variables}}}};
     if (torch)
       out["torch"] = {{"version", torch->version}, {"origin", torch->origin},
                       {"libtorch_cpu", library_path(*torch, Library::kTorchCpu)}};
@@ -401,6 +430,10 @@ int doctor(const DoctorOptions& options) {
     for (const Check& check : checks) table.add({check.name, status_word(check.status), check.detail});
     printf("%sverdict: %s\n", table.render().c_str(),
            ok ? "fsdpskip can work with this torch" : "fsdpskip cannot work as installed (see FAIL above)");
+    std::string variables;
+    for (const auto& [name, value] : decision.set) variables += (variables.empty() ? "" : " ") + name + "=" + value;
+    printf("this environment: %s\n  variables set: %s\n", decision_text(decision.options).c_str(),
+           variables.empty() ? "none" : variables.c_str());
   }
   return ok ? 0 : 1;
 }

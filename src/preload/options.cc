@@ -1,87 +1,63 @@
 #include "options.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
+#include "../common/options_table.h"
+
 namespace fsdpskip {
-
-// The options table, one row per variable fsdpskip itself defines:
-//   FSDPSKIP             auto (default) | on | off | audit: when to act
-//   FSDPSKIP_LOCAL_RANK  overrides the launcher's local rank variables
-//   FSDPSKIP_LOG         quiet | summary (default) | debug | trace
-//   FSDPSKIP_REPORT      per-process JSON report path template (%r %l %p %h %j)
-//   FSDPSKIP_PLUGIN      path of libfsdpskip_torch.so (default: beside the preload)
-// and the launchers' variables it reads:
-const char* const kLocalRankVariables[] = {
-    "FSDPSKIP_LOCAL_RANK",
-    "LOCAL_RANK",                  // torchrun, accelerate
-    "SLURM_LOCALID",               // srun
-    "OMPI_COMM_WORLD_LOCAL_RANK",  // Open MPI
-    "MPI_LOCALRANKID",             // MPICH, Intel MPI
-    "PALS_LOCAL_RANKID",           // HPE PALS (Cray)
-};
-const int kLocalRankVariableCount = sizeof kLocalRankVariables / sizeof *kLocalRankVariables;
-
-const char* const kRankVariables[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
-                                      "PALS_RANKID"};
-const int kRankVariableCount = sizeof kRankVariables / sizeof *kRankVariables;
-
-// accelerate sets both when RAM-efficient FSDP loading is on; transformers'
-// is_fsdp_enabled() checks the same two.
-const char* const kAutoRequires[] = {"ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"};
-const int kAutoRequiresCount = sizeof kAutoRequires / sizeof *kAutoRequires;
-
 namespace {
 
-// fsdpskip's own variables besides FSDPSKIP_LOCAL_RANK (a local-rank variable).
-const char* const kOwnVariables[] = {"FSDPSKIP", "FSDPSKIP_LOG", "FSDPSKIP_REPORT", "FSDPSKIP_PLUGIN"};
-
-bool named(const char* name, size_t length, const char* const* list, int count) {
-  for (int i = 0; i < count; ++i)
-    if (strncmp(name, list[i], length) == 0 && list[i][length] == '\0') return true;
-  return false;
-}
-
-template <int N>
-bool named(const char* name, size_t length, const char* const (&list)[N]) {
-  return named(name, length, list, N);
-}
-
 // The reason is a diagnostic: cut short rather than grown.
-void explain(Options* options, const char* format, const char* a, const char* b = "") {
-  if (snprintf(options->reason, sizeof options->reason, format, a, b) < 0) options->reason[0] = '\0';
+__attribute__((format(printf, 2, 3))) void explain(Options* options, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  if (vsnprintf(options->reason, sizeof options->reason, format, args) < 0) options->reason[0] = '\0';
+  va_end(args);
 }
 
-bool equals_any_case(const char* a, const char* b) { return strcasecmp(a, b) == 0; }
-
-void fail(Options* options, const char* variable, const char* value, const char* accepted) {
-  snprintf(options->reason, sizeof options->reason, "%s is malformed", variable);
+void fail(Options* options, const Option& option, const char* value) {
+  explain(options, "%s is malformed", option.name);
   snprintf(options->error, sizeof options->error,
-           "%s=\"%.64s\" is not valid (accepted: %s); fsdpskip stays inactive in this process",
-           variable, value, accepted);
+           "%s=\"%.64s\" is not valid (accepted: %s); fsdpskip stays inactive in this process", option.name, value,
+           option.accepted);
   options->active = false;
+}
+
+// The position of `text` (any case) among the words of `accepted` (separated
+// by ", " and " / "), and in `group` how many " / " came before it; -1 when
+// it is none of them.
+int word_index(const char* accepted, const char* text, int* group = nullptr) {
+  size_t length = strlen(text);
+  int index = 0, groups = 0;
+  for (const char* word = accepted; *word != '\0'; ++index) {
+    size_t word_length = strcspn(word, ",/ ");
+    if (word_length == length && strncasecmp(word, text, length) == 0) {
+      if (group) *group = groups;
+      return index;
+    }
+    word += word_length;
+    while (*word == ',' || *word == ' ' || *word == '/') groups += *word++ == '/';
+  }
+  return -1;
 }
 
 }  // namespace
 
-bool is_policy_variable(const char* name, size_t length) {
-  return named(name, length, kOwnVariables) || named(name, length, kAutoRequires) ||
-         named(name, length, kLocalRankVariables) || named(name, length, kRankVariables);
-}
+bool is_policy_variable(const char* name, size_t length) { return find_option(name, length) != nullptr; }
 
 bool states_loading(const char* name, size_t length) {
-  return (length == 8 && strncmp(name, "FSDPSKIP", 8) == 0) || named(name, length, kAutoRequires);
+  const Option* option = find_option(name, length);
+  return option && (option->role == OptionRole::kMode || option->role == OptionRole::kAutoRequires);
 }
 
 bool parse_truthy(const char* text, bool* value) {
-  static const char* const kTrue[] = {"1", "y", "yes", "t", "true", "on"};
-  static const char* const kFalse[] = {"0", "n", "no", "f", "false", "off"};
-  for (const char* word : kTrue)
-    if (equals_any_case(text, word)) return *value = true;
-  for (const char* word : kFalse)
-    if (equals_any_case(text, word)) return !(*value = false);
-  return false;
+  int group = 0;
+  if (word_index(option_of(OptionRole::kAutoRequires).accepted, text, &group) < 0) return false;
+  *value = group == 0;
+  return true;
 }
 
 bool parse_rank(const char* text, int* value) {
@@ -98,68 +74,61 @@ bool parse_rank(const char* text, int* value) {
 
 Options resolve_options(EnvLookup lookup, void* context) {
   Options options;
-
-  if (const char* log = lookup("FSDPSKIP_LOG", context)) {
-    static const char* const kLevels[] = {"quiet", "summary", "debug", "trace"};
-    bool known = false;
-    for (int level = 0; level < 4; ++level)
-      if (equals_any_case(log, kLevels[level])) {
-        options.log_level = static_cast<fsdpskip_log_level>(level);
-        known = true;
-      }
-    if (!known) return fail(&options, "FSDPSKIP_LOG", log, "quiet, summary, debug, trace"), options;
+  const Option& log = option_of(OptionRole::kLogLevel);
+  if (const char* value = lookup(log.name, context)) {
+    int level = word_index(log.accepted, value);
+    if (level < 0) return fail(&options, log, value), options;
+    options.log_level = static_cast<fsdpskip_log_level>(level);
   }
 
-  const char* mode = lookup("FSDPSKIP", context);
-  if (mode == nullptr || equals_any_case(mode, "auto")) options.mode = Mode::kAuto;
-  else if (equals_any_case(mode, "on")) options.mode = Mode::kOn;
-  else if (equals_any_case(mode, "off")) options.mode = Mode::kOff;
-  else if (equals_any_case(mode, "audit")) options.mode = Mode::kAudit;
-  else return fail(&options, "FSDPSKIP", mode, "auto, on, off, audit"), options;
-  if (options.mode == Mode::kOff) return explain(&options, "FSDPSKIP=%s", mode), options;
+  const Option& mode = option_of(OptionRole::kMode);
+  const char* mode_value = lookup(mode.name, context);
+  int mode_index = word_index(mode.accepted, mode_value ? mode_value : mode.default_value);
+  if (mode_index < 0) return fail(&options, mode, mode_value), options;
+  options.mode = static_cast<Mode>(mode_index);
+  if (options.mode == Mode::kOff) return explain(&options, "%s=%s", mode.name, mode_value), options;
 
-  if (options.mode == Mode::kAuto) {
-    // Silent unless both are truthy: a process that is not RAM-efficient FSDP
-    // loading must not even parse the rest.
-    for (const char* variable : kAutoRequires) {
-      const char* value = lookup(variable, context);
+  // Silent unless every kAutoRequires row is truthy: a process that is not
+  // RAM-efficient FSDP loading must not even parse the rest.
+  // `why` names what made the mode act: "mode on (FSDPSKIP=on)".
+  char why[128];
+  int used = snprintf(why, sizeof why, "mode %s (", mode_value ? mode_value : mode.default_value);
+  if (options.mode != Mode::kAuto) used += snprintf(why + used, sizeof why - used, "%s=%s", mode.name, mode_value);
+  if (options.mode == Mode::kAuto)
+    for (const Option& option : kOptions) {
+      if (option.role != OptionRole::kAutoRequires) continue;
+      const char* value = lookup(option.name, context);
       bool truthy = false;
-      if (value == nullptr) return explain(&options, "mode auto, %s is unset", variable), options;
-      if (!parse_truthy(value, &truthy))
-        return fail(&options, variable, value, "1, y, yes, t, true, on, 0, n, no, f, false, off"), options;
-      if (!truthy) return explain(&options, "mode auto, %s=%s", variable, value), options;
+      if (value == nullptr) return explain(&options, "mode auto, %s is unset", option.name), options;
+      if (!parse_truthy(value, &truthy)) return fail(&options, option, value), options;
+      if (!truthy) return explain(&options, "mode auto, %s=%s", option.name, value), options;
+      if (used < static_cast<int>(sizeof why))
+        used += snprintf(why + used, sizeof why - used, "%s%s=%.16s", why[used - 1] == '(' ? "" : ", ", option.name, value);
     }
-  }
+  if (used < static_cast<int>(sizeof why)) snprintf(why + used, sizeof why - used, ")");
 
-  const char* local_rank_variable = nullptr;
-  for (int i = 0; i < kLocalRankVariableCount; ++i) {
-    const char* value = lookup(kLocalRankVariables[i], context);
+  const char* local_rank_from = nullptr;
+  for (const Option& option : kOptions) {
+    const char* value = option.role == OptionRole::kLocalRank ? lookup(option.name, context) : nullptr;
     if (value == nullptr) continue;
-    if (!parse_rank(value, &options.local_rank))
-      return fail(&options, kLocalRankVariables[i], value, "a non-negative integer"), options;
-    local_rank_variable = kLocalRankVariables[i];
+    if (!parse_rank(value, &options.local_rank)) return fail(&options, option, value), options;
+    local_rank_from = option.name;
     break;
   }
-  for (int i = 0; i < kRankVariableCount; ++i) {
-    const char* value = lookup(kRankVariables[i], context);
+  for (const Option& option : kOptions) {
+    const char* value = option.role == OptionRole::kRank ? lookup(option.name, context) : nullptr;
     if (value != nullptr && parse_rank(value, &options.rank)) break;
   }
 
-  options.report_template = lookup("FSDPSKIP_REPORT", context);
-  if (options.report_template != nullptr && *options.report_template == '\0')
-    options.report_template = nullptr;
-  options.plugin_path = lookup("FSDPSKIP_PLUGIN", context);
+  options.report_template = lookup(option_of(OptionRole::kReport).name, context);
+  if (options.report_template != nullptr && *options.report_template == '\0') options.report_template = nullptr;
+  options.plugin_path = lookup(option_of(OptionRole::kPlugin).name, context);
   options.active = options.local_rank >= 1;
-  const char* why = options.mode == Mode::kAuto    ? "mode auto (ACCELERATE_USE_FSDP and FSDP_CPU_RAM_EFFICIENT_LOADING true)"
-                    : options.mode == Mode::kOn    ? "mode on (FSDPSKIP=on)"
-                                                   : "mode audit (FSDPSKIP=audit)";
-  if (local_rank_variable == nullptr) explain(&options, "%s, no local rank variable is set", why);
-  else {
-    char rank_text[96];
-    if (snprintf(rank_text, sizeof rank_text, "local rank %d from %s", options.local_rank, local_rank_variable) < 0)
-      rank_text[0] = '\0';
-    explain(&options, "%s, %s", why, rank_text);
-  }
+
+  if (local_rank_from == nullptr) explain(&options, "%s, no local rank variable is set", why);
+  else
+    explain(&options, "%s, local rank %d from %s%s", why, options.local_rank, local_rank_from,
+            options.active ? "" : " (local rank 0 reads the checkpoint)");
   return options;
 }
 

@@ -1,6 +1,8 @@
 // The activation policy: environment in, decision out. Pure functions over an
 // environment lookup, so the unit tests drive them with a fake environment
-// and the library with getenv (which reads environ without allocating).
+// and the library with getenv (which reads environ without allocating). The
+// variables, their roles and accepted values are the rows of
+// ../common/options.def.
 #pragma once
 
 #include <stddef.h>
@@ -9,7 +11,7 @@
 
 namespace fsdpskip {
 
-enum class Mode { kAuto, kOn, kOff, kAudit };
+enum class Mode { kAuto, kOn, kOff, kAudit };  // the order of FSDPSKIP's accepted words
 
 // Returns the variable's value, or nullptr when it is unset.
 using EnvLookup = const char* (*)(const char* name, void* context);
@@ -24,35 +26,25 @@ struct Options {
   const char* plugin_path = nullptr;  // FSDPSKIP_PLUGIN override
   // Set when a variable was malformed: the process stays inert and prints it.
   char error[320] = {0};
-  // Why the process is active or not, for FSDPSKIP_LOG=debug: "mode auto,
-  // FSDP_CPU_RAM_EFFICIENT_LOADING is unset".
+  // Why the process is active or not, for FSDPSKIP_LOG=debug and the doctor:
+  // "mode auto, FSDP_CPU_RAM_EFFICIENT_LOADING is unset".
   char reason[160] = {0};
 };
 
 Options resolve_options(EnvLookup lookup, void* context);
 
 // Helpers, exposed for the unit tests.
-// transformers' strtobool: 1/y/yes/t/true/on and 0/n/no/f/false/off, any case.
+// The kAutoRequires rows' words (transformers' strtobool), any case.
 bool parse_truthy(const char* text, bool* value);
 // A decimal integer in [0, 1<<20], nothing else (no sign, no spaces).
 bool parse_rank(const char* text, int* value);
-
-// Variables read, in the order they are documented (README "Environment").
-// The first present of these names the local rank.
-extern const char* const kLocalRankVariables[];
-extern const int kLocalRankVariableCount;
-extern const char* const kRankVariables[];
-extern const int kRankVariableCount;
-// What `auto` requires to be true.
-extern const char* const kAutoRequires[];
-extern const int kAutoRequiresCount;
 
 // True when `name` (not NUL-terminated: `length` bytes) is a variable that
 // resolve_options reads, so a change to it may change the decision.
 bool is_policy_variable(const char* name, size_t length);
 // True for the variables whose setting states that a loading is under way:
-// FSDPSKIP and kAutoRequires. Set again while active, they open a new
-// loading phase (a later model of the same process).
+// FSDPSKIP and the kAutoRequires rows. Set again while active, they open a
+// new loading phase (a later model of the same process).
 bool states_loading(const char* name, size_t length);
 
 }  // namespace fsdpskip

@@ -17,16 +17,13 @@ LIBM = "/lib/x86_64-linux-gnu/libm.so.6"  # a real library that is harmless to p
 LOAD_MODEL = os.path.join(SOURCE_DIR, "tools", "workloads", "load_model.py")
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "workloads"))
 import launch  # noqa: E402
+import policy_variables  # noqa: E402
 from launch import PYTHON  # noqa: E402,F401
 
-# Variables that would change fsdpskip's decision, removed from every run.
-_OURS = ("FSDPSKIP", "FSDPSKIP_LOCAL_RANK", "FSDPSKIP_LOG", "FSDPSKIP_REPORT", "FSDPSKIP_PLUGIN", "LOCAL_RANK",
-         "RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PALS_LOCAL_RANKID",
-         "ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING", "LD_PRELOAD")
-
-
 def environment(preload, **variables):
-    env = {k: v for k, v in os.environ.items() if k not in _OURS}
+    """This process's environment without any variable that could change
+    fsdpskip's decision (policy_variables: options.def), then `variables`."""
+    env = policy_variables.without_policy(os.environ)
     if preload:
         env["LD_PRELOAD"] = PRELOAD
     env.update({k: str(v) for k, v in variables.items()})

@@ -196,6 +196,24 @@ def test_doctor_reads_a_libtorch_directory():
     assert probes["probe gloo broadcast"] == "n/a"
 
 
+@pytest.mark.parametrize("variables,active,needle", [
+    ({"LOCAL_RANK": "1", "ACCELERATE_USE_FSDP": "1"}, False, "mode auto, FSDP_CPU_RAM_EFFICIENT_LOADING is unset"),
+    ({"FSDPSKIP": "on", "SLURM_LOCALID": "2"}, True, "mode on (FSDPSKIP=on), local rank 2 from SLURM_LOCALID"),
+    ({"FSDPSKIP": "on", "LOCAL_RANK": "0"}, False, "local rank 0 reads the checkpoint"),
+    ({"FSDPSKIP": "maybe", "LOCAL_RANK": "1"}, False, 'FSDPSKIP="maybe" is not valid'),
+])
+def test_doctor_shows_the_decision_for_this_environment(variables, active, needle):
+    """The decision the preload would make here, with its reason, as
+    FSDPSKIP_LOG=debug prints it (an ELF fixture: no probe runs)."""
+    fixture = os.path.join(BUILD_DIR, "fixtures", "plt")
+    _, result = doctor_json("--libtorch", fixture, **variables)
+    decision = result["decision"]
+    assert decision["active"] is active and needle in decision["reason"] + decision["error"], decision
+    assert decision["variables"] == variables
+    human = fsdpskip("doctor", "--libtorch", fixture, **variables).stdout
+    assert "this environment: %s" % ("active" if active else "inactive") in human and needle in human, human
+
+
 @pytest.mark.parametrize("variant,needles", [
     ("symbolic", ["linked with -Bsymbolic", "calls it directly"]),
     ("symbolic_functions", ["calls it directly (-Bsymbolic-functions or LTO)"]),

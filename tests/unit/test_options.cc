@@ -144,6 +144,11 @@ TEST(Options, ReasonNamesWhatDecided) {
                "mode on (FSDPSKIP=on), local rank 2 from SLURM_LOCALID");
   EXPECT_STREQ(resolve({{"FSDPSKIP", "on"}}).reason, "mode on (FSDPSKIP=on), no local rank variable is set");
   EXPECT_STREQ(resolve({{"FSDPSKIP", "maybe"}}).reason, "FSDPSKIP is malformed");
+  EXPECT_STREQ(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "0"}}).reason,
+               "mode on (FSDPSKIP=on), local rank 0 from LOCAL_RANK (local rank 0 reads the checkpoint)");
+  EXPECT_STREQ(resolve({{"LOCAL_RANK", "1"}, {"ACCELERATE_USE_FSDP", "True"}, {"FSDP_CPU_RAM_EFFICIENT_LOADING", "1"}})
+                   .reason,
+               "mode auto (ACCELERATE_USE_FSDP=True, FSDP_CPU_RAM_EFFICIENT_LOADING=1), local rank 1 from LOCAL_RANK");
 }
 
 TEST(Options, PolicyVariablesAreExactlyTheOnesRead) {

@@ -11,13 +11,14 @@ import sys
 import tempfile
 
 import launch
+import policy_variables
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_job(build, size, style, variant, sync):
     with tempfile.TemporaryDirectory() as out:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FSDPSKIP") and k != "LD_PRELOAD"}
+        env = policy_variables.without_policy(os.environ)
         if variant in ("on", "off"):  # off: preloaded and inert on every rank
             env.update(LD_PRELOAD=os.path.join(build, "lib", "libfsdpskip.so"), FSDPSKIP=variant)
         done = launch.run([os.path.join(HERE, "load_model.py"), "--size", size, "--out", out, "--sync", sync,

@@ -1,0 +1,50 @@
+// options.def as data, for the preload's parser, the command and the tests.
+// Header-only and freestanding (the preload has no C++ runtime).
+#pragma once
+
+#include <stddef.h>
+#include <string.h>
+
+namespace fsdpskip {
+
+enum class OptionRole {
+  kMode,          // FSDPSKIP: when to act
+  kLocalRank,     // the first one present is the local rank
+  kAutoRequires,  // `auto` acts only when all of these are true
+  kRank,          // the first valid one is the global rank (reports)
+  kLogLevel,      // FSDPSKIP_LOG
+  kReport,        // FSDPSKIP_REPORT
+  kPlugin,        // FSDPSKIP_PLUGIN
+};
+
+struct Option {
+  const char* name;
+  OptionRole role;
+  const char* accepted;
+  const char* default_value;
+  const char* meaning;
+};
+
+inline constexpr Option kOptions[] = {
+#define OPTION(name, role, accepted, default_value, meaning) {#name, OptionRole::role, accepted, default_value, meaning},
+#include "options.def"
+#undef OPTION
+};
+
+// The row named by `length` bytes at `name` (not NUL-terminated); nullptr
+// when fsdpskip does not read that variable.
+inline const Option* find_option(const char* name, size_t length) {
+  for (const Option& option : kOptions)
+    if (strncmp(option.name, name, length) == 0 && option.name[length] == '\0') return &option;
+  return nullptr;
+}
+
+// The first row of `role`: the only one for the roles of fsdpskip's own
+// variables (kMode, kLogLevel, kReport, kPlugin).
+inline const Option& option_of(OptionRole role) {
+  for (const Option& option : kOptions)
+    if (option.role == role) return option;
+  __builtin_unreachable();  // every role has a row: see the static_assert in options.cc
+}
+
+}  // namespace fsdpskip
