@@ -20,6 +20,7 @@
 #include "../common/libraries.h"
 #include "../common/options_table.h"
 #include "../common/plugin_abi.h"
+#include "../common/report_table.h"
 #include "../common/torch_identity.h"
 #include "commands.h"
 #include "elf_file.h"
@@ -364,8 +365,8 @@ void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::
     return;
   }
   bool ended = report.value("loading_ended", false);
-  uint64_t pending = report.value("pending_count", uint64_t{1}), storages = report.value("storages_skipped", uint64_t{0});
-  uint64_t freed = report.value("resolved_by_free", uint64_t{0});
+  uint64_t pending = report.value(key(Counter::pending_count), uint64_t{1}), storages = report.value(key(Counter::storages_skipped), uint64_t{0});
+  uint64_t freed = report.value(key(Counter::resolved_by_free), uint64_t{0});
   bool ok = pending == 0 && storages > 0 && (by_free ? freed == storages : ended);
   checks->push_back({"probe report", ok ? Status::kOk : Status::kFail,
                      std::to_string(storages) + " storages skipped, " +

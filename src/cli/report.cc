@@ -1,5 +1,5 @@
-// `fsdpskip report`: the per-process JSON reports of a job (schema 1, see
-// the README) gathered into one table and one verdict. The verdict fails
+// `fsdpskip report`: the per-process JSON reports of a job (their keys are
+// report.def's) gathered into one table and one verdict. The verdict fails
 // when any process left a storage pending, or when a report cannot be read
 // (a process that died while writing leaves only its .partial file).
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../common/bytes_text.h"
+#include "../common/report_table.h"
 #include "commands.h"
 #include "text_table.h"
 
@@ -19,8 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-constexpr int kSchemaVersion = 1;
 
 struct Process {
   std::string file;
@@ -52,13 +51,13 @@ void read_report(const fs::path& path, Gathered* gathered) {
     gathered->problems.push_back(path.string() + ": not JSON, or truncated");
     return;
   }
-  if (report.value("schema", "") != "fsdpskip-report") {
-    gathered->problems.push_back(path.string() + ": not a fsdpskip report (no \"schema\": \"fsdpskip-report\")");
+  if (report.value("schema", "") != kReportSchema) {
+    gathered->problems.push_back(path.string() + ": not a fsdpskip report (no \"schema\": \"" + kReportSchema + "\")");
     return;
   }
-  if (report.value("schema_version", 0) != kSchemaVersion) {
+  if (report.value("schema_version", 0) != kReportSchemaVersion) {
     gathered->problems.push_back(path.string() + ": schema version " + report.value("schema_version", json()).dump() +
-                                 ", this fsdpskip reads version " + std::to_string(kSchemaVersion));
+                                 ", this fsdpskip reads version " + std::to_string(kReportSchemaVersion));
     return;
   }
   gathered->processes.push_back({path.string(), std::move(report)});
@@ -118,9 +117,9 @@ int report(const ReportOptions& options) {
     const json& r = process.report;
     uint64_t calls_here = skipped_calls(r);
     calls += calls_here;
-    never_committed += number(r, "bytes_never_committed");
-    resolved += number(r, "resolved_by_overwrite") + number(r, "resolved_by_free");
-    uint64_t pending_here = number(r, "pending_count");
+    never_committed += number(r, key(Counter::bytes_never_committed));
+    resolved += number(r, key(Counter::resolved_by_overwrite)) + number(r, key(Counter::resolved_by_free));
+    uint64_t pending_here = number(r, key(Counter::pending_count));
     pending += pending_here;
     std::string who = r.value("host", "?") + " rank " + integer(r.value("rank", json())) + " pid " +
                       integer(r.value("pid", json()));
@@ -138,7 +137,7 @@ int report(const ReportOptions& options) {
                 {"totals",
                  {{"processes", gathered.processes.size()},
                   {"skipped_calls", calls},
-                  {"bytes_never_committed", never_committed},
+                  {key(Counter::bytes_never_committed), never_committed},
                   {"resolved", resolved},
                   {"pending", pending}}},
                 {"processes", json::array()}};
@@ -156,9 +155,9 @@ int report(const ReportOptions& options) {
     const json& r = process.report;
     table.add({r.value("host", "?"), integer(r.value("rank", json())), integer(r.value("local_rank", json())),
                integer(r.value("pid", json())), r.value("mode", "?"), std::to_string(skipped_calls(r)),
-               bytes_text(number(r, "bytes_never_committed")),
-               std::to_string(number(r, "resolved_by_overwrite") + number(r, "resolved_by_free")),
-               std::to_string(number(r, "pending_count"))});
+               bytes_text(number(r, key(Counter::bytes_never_committed))),
+               std::to_string(number(r, key(Counter::resolved_by_overwrite)) + number(r, key(Counter::resolved_by_free))),
+               std::to_string(number(r, key(Counter::pending_count)))});
   }
   table.add({"all", "", "", "", "", std::to_string(calls), bytes_text(never_committed), std::to_string(resolved),
              std::to_string(pending)});

@@ -1,6 +1,14 @@
-// The C interface between libfsdpskip.so (no torch, no libstdc++) and
-// libfsdpskip_torch.so (built against one libtorch). Only raw pointers cross
-// it: at::Tensor* and c10::TensorImpl* owned by torch, never copied or kept.
+// The C interface between libfsdpskip.so (the preload: glibc only, no torch,
+// no C++ runtime) and libfsdpskip_torch.so (the plugin: built against one
+// libtorch). What crosses it:
+//   - the preload's decision (fsdpskip_host), owned and rewritten by the
+//     preload, read by the plugin, with the one message sink both write to;
+//   - calls from the interposers into the plugin (fsdpskip_plugin), which
+//     pass torch objects as raw pointers: at::Tensor*, at::TensorBase*,
+//     c10::TensorImpl*, c10::Scalar*, std::vector<at::Tensor>*, owned by
+//     torch, valid for the call only, never copied or kept by the preload;
+//   - verdicts back: what the interposer does with the call.
+// Every callback may be called on any thread, concurrently; none may throw.
 #ifndef FSDPSKIP_PLUGIN_ABI_H
 #define FSDPSKIP_PLUGIN_ABI_H
 
@@ -12,16 +20,20 @@
 extern "C" {
 #endif
 
-// Bump on any change to the structs below; both sides check it.
-#define FSDPSKIP_PLUGIN_ABI 3
+// Bump on any change below; both sides check it. `abi` and `say` are the
+// first two members of fsdpskip_host in every version, so a plugin can say
+// that it was built for another ABI.
+#define FSDPSKIP_PLUGIN_ABI 4
 
 // The plugin records the libtorch it was built against in an ELF section of
-// this name, so the preload can compare it with the loaded libtorch *before*
-// dlopen: loading a plugin linked to another libtorch would map a second copy.
+// this name (torch_identity.h), so the preload can compare it with the loaded
+// libtorch *before* dlopen: loading a plugin linked to another libtorch would
+// map a second copy.
 #define FSDPSKIP_TORCH_ID_SECTION ".fsdpskip_torch_id"
 
-// Kernels the plugin knows about; the preload's hook table maps symbols here.
+// Kernels the plugin counts; the hook table maps symbols to them.
 typedef enum fsdpskip_kernel {
+  FSDPSKIP_NO_KERNEL = -1,  // a hook-table row that only notifies (hooks.def); never passed to the plugin
   FSDPSKIP_NORMAL,
   FSDPSKIP_UNIFORM,
   FSDPSKIP_ZERO,
@@ -33,6 +45,7 @@ typedef enum fsdpskip_kernel {
 
 typedef enum fsdpskip_mode { FSDPSKIP_MODE_ON = 1, FSDPSKIP_MODE_AUDIT = 2 } fsdpskip_mode;
 
+// FSDPSKIP_LOG, in the order of its accepted words (options.def).
 typedef enum fsdpskip_log_level {
   FSDPSKIP_LOG_QUIET,
   FSDPSKIP_LOG_SUMMARY,
@@ -40,63 +53,104 @@ typedef enum fsdpskip_log_level {
   FSDPSKIP_LOG_TRACE
 } fsdpskip_log_level;
 
-// What to do with one kernel call.
+// What a line on stderr is; the sink (src/preload/log.cc) holds, per kind,
+// the least FSDPSKIP_LOG that prints it, its label and its cap.
+typedef enum fsdpskip_message {
+  FSDPSKIP_MESSAGE_ERROR,    // the user must see it (a malformed variable)
+  FSDPSKIP_MESSAGE_WARNING,  // fsdpskip cannot act as asked (no plugin, no broadcast seen)
+  FSDPSKIP_MESSAGE_SUMMARY,  // the summary at exit
+  FSDPSKIP_MESSAGE_ADVICE,   // what to check, after the summary (no broadcast was seen)
+  FSDPSKIP_MESSAGE_PENDING,  // one storage still pending at exit
+  FSDPSKIP_MESSAGE_DEBUG,    // decisions, tags, skips
+  FSDPSKIP_MESSAGE_TRACE,    // every decision on a kernel call
+} fsdpskip_message;
+
+// What the interposer does with one kernel call.
 typedef enum fsdpskip_verdict {
-  FSDPSKIP_RUN,    // run the original kernel
-  FSDPSKIP_SKIP,   // run it on probes only (for its argument checks), then skipped()
-  FSDPSKIP_AUDIT,  // would skip: run it, time it, report audited()
-  FSDPSKIP_RUN_NOTIFY,  // copy_: run it, then report copied() (it may resolve a storage)
+  FSDPSKIP_RUN,          // run the original kernel
+  FSDPSKIP_SKIP,         // run it on stand-ins only (its argument checks), then skipped()
+  FSDPSKIP_AUDIT,        // it would be skipped: run it, time it, then audited()
+  FSDPSKIP_RUN_NOTIFY,   // copy_: run it, then copied() (it may resolve the destination)
+  FSDPSKIP_ZERO_LAZILY,  // zero_, fill_(+0): run it on a stand-in, then zero_lazily() does it exactly
 } fsdpskip_verdict;
 
-// The preload's current decision. The preload owns it and rewrites it, under
-// its own lock, whenever the program changes a policy variable (setenv,
-// os.environ); then it calls the plugin's policy_changed().
+// The preload's current decision. The preload owns it and rewrites it under
+// its own lock whenever the program changes a policy variable (setenv,
+// os.environ), then calls the plugin's policy_changed().
 typedef struct fsdpskip_host {
   uint32_t abi;
+  // Writes one message (no newline) to stderr through the preload's sink:
+  // the "fsdpskip: " prefix, the level filter and the caps are there.
+  void (*say)(fsdpskip_message kind, const char* text);
   bool active;  // false: no new tags or skips; skipped storages still resolve
   fsdpskip_mode mode;
   fsdpskip_log_level log_level;
   int local_rank;
-  int rank;                      // -1 when unknown
-  const char* report_template;   // FSDPSKIP_REPORT or NULL
+  int rank;                     // -1 when unknown
+  const char* report_template;  // FSDPSKIP_REPORT, or NULL
 } fsdpskip_host;
 
+// The plugin's callbacks, called by the interposers (src/preload/interposers.cc)
+// of a process whose decision is active, or was and loaded the plugin.
+// Pointers are never NULL unless a comment says so.
 typedef struct fsdpskip_plugin {
   uint32_t abi;
-  // Init kernels (normal_, uniform_, zero_, fill_) on `self` (an at::Tensor*).
+  // normal_, uniform_, zero_, fill_(Tensor) on `self` (at::Tensor*), before
+  // the kernel runs: SKIP for a placeholder's init, ZERO_LAZILY for an exact
+  // zero_ done without committing pages, AUDIT in audit mode, else RUN.
   fsdpskip_verdict (*decide_init)(fsdpskip_kernel kernel, void* self);
-  // fill_(self, value) with a c10::Scalar*: decide_init, where a fill with
-  // zero (all bits zero) is a zero_.
+  // fill_(self, value) with a c10::Scalar*: decide_init, where a fill with +0
+  // is a zero_.
   fsdpskip_verdict (*decide_fill)(void* self, const void* scalar);
-  // copy_(dst, src): SKIP when src is a skipped storage during loading;
-  // RUN_NOTIFY when the copy may resolve dst.
+  // copy_(dst, src), both at::Tensor*: SKIP when src is a skipped storage
+  // during loading (a conversion stays skipped); RUN_NOTIFY when the copy may
+  // resolve dst; else RUN.
   fsdpskip_verdict (*decide_copy)(void* dst, const void* src);
-  // An init chain's later step writing `out` from `self` (structured impl).
+  // A structured kernel's impl writing `out` from `self` (at::Tensor*): the
+  // later steps of an init chain on a skipped storage are SKIP.
   fsdpskip_verdict (*decide_chain)(const void* self, const void* out);
-  // A zero-element tensor with self's dtype and device, owned by the plugin
-  // (one per slot and thread), on which the original checks its arguments.
-  void* (*probe_like)(const void* self, int slot);
+  // A zero-element tensor with self's dtype and device (an at::Tensor*
+  // owned by the plugin, one per slot 0 or 1 and thread, valid until the
+  // next call with that slot): a SKIP or ZERO_LAZILY verdict runs the
+  // original on it, so a call torch would reject raises what it would raise.
+  void* (*stand_in_like)(const void* self, int slot);
+  // After a SKIP (or the chain's SKIP, which runs nothing): count the call,
+  // record the storage as pending, make it read as zeros.
   void (*skipped)(fsdpskip_kernel kernel, void* self);
+  // After a ZERO_LAZILY: zero `self` exactly, releasing whole pages.
+  void (*zero_lazily)(void* self);
+  // After an AUDIT verdict's kernel ran in `nanoseconds`.
   void (*audited)(fsdpskip_kernel kernel, void* self, uint64_t nanoseconds);
+  // After a RUN_NOTIFY copy_ ran (at::Tensor*): it may resolve dst.
   void (*copied)(void* dst, const void* src);
+  // After c10::TensorImpl::set_requires_grad(true) succeeded on
+  // `tensor_impl` (c10::TensorImpl*): a parameter is being made; tag it.
   void (*requires_grad_set)(void* tensor_impl);
+  // After `param.data = t` (at::TensorBase::set_data) on `self`
+  // (at::TensorBase*): the parameter has a new storage; tag it.
   void (*data_set)(void* self);
+  // Before ProcessGroup{Gloo,NCCL}::broadcast with its tensors
+  // (std::vector<at::Tensor>*): rank 0's data starts to arrive; resolves
+  // them and ends the loading phase.
   void (*broadcast_started)(void* tensor_vector);
-  // An NCCL receive (ncclBcast, ncclBroadcast, ncclRecv) will write
-  // [buffer, buffer + bytes) with a peer's data, rank 0's while loading:
-  // resolves the skipped storages inside it and ends the loading phase.
-  // bytes is 0 for a datatype the preload does not know.
+  // Before an NCCL receive (ncclBcast, ncclBroadcast, ncclRecv) writes
+  // [buffer, buffer + bytes) with a peer's data: resolves the skipped
+  // storages inside it and ends the loading phase. bytes is 0 for a datatype
+  // the preload does not know; buffer may be NULL.
   void (*received)(const void* buffer, size_t bytes);
   // The decision in the host changed (called by the preload, under its lock,
-  // on any thread). opens_loading: a new loading phase begins (the process
-  // turned active, or a variable that states a loading was set again).
+  // on any thread; never while the plugin is being loaded). opens_loading: a
+  // new loading phase begins (the process turned active, or a variable that
+  // states a loading was set again).
   void (*policy_changed)(bool opens_loading);
-  // At exit: summary line, pending list, JSON report.
+  // Once, at exit (atexit, before the libraries' destructors), after the
+  // interposers stopped routing here: the summary, the pending list, the report.
   void (*finish)(void);
 } fsdpskip_plugin;
 
 #define FSDPSKIP_PLUGIN_ENTRY "fsdpskip_plugin_load"
-// Returns NULL (after printing one line) when it cannot serve this process.
+// Called once, with the host (never NULL). Returns NULL, after saying why
+// through host->say, when it cannot serve this process.
 typedef const fsdpskip_plugin* (*fsdpskip_plugin_load_fn)(const fsdpskip_host* host);
 
 #ifdef __cplusplus

@@ -97,7 +97,7 @@ void* resolve_original(HookId id) {
   void* address = find_original(id);
   if (address == nullptr) {
     const Hook& hook = g_hooks[static_cast<int>(id)];
-    log_error("cannot find the original of %s (%s) in any loaded object; aborting", hook.id, hook.mangled);
+    say(FSDPSKIP_MESSAGE_ERROR, "cannot find the original of %s (%s) in any loaded object; aborting", hook.id, hook.mangled);
     abort();
   }
   return address;

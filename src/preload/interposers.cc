@@ -1,6 +1,11 @@
 // The interposers: one exported definition per row of hooks.def, under the
-// row's mangled name, generated from one forwarder per shape so a row's
-// symbol and its original can never drift apart.
+// row's mangled name, each a single call into its shape's forwarder (a
+// template over the row's id and kernel), so a row's symbol and its
+// original can never drift apart and a debugger steps straight into the
+// forwarder.
+//
+// A forwarder's inactive path is one load of g_active and a tail call into
+// the original; what an active process does is out of line (`active`).
 //
 // This file is built without exceptions but with asynchronous unwind tables:
 // an exception thrown by an original (torch's own argument checks) unwinds
@@ -14,27 +19,38 @@
 namespace fsdpskip {
 namespace {
 
+#define NOINLINE __attribute__((noinline))
+
 uint64_t now_ns() {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return static_cast<uint64_t>(t.tv_sec) * 1000000000u + t.tv_nsec;
 }
 
-// `run(tensor)` calls the original with `tensor` in place of `self`. A skip
-// still runs the original, on a zero-element tensor of self's dtype and
-// device, so a call torch would reject raises exactly what it would raise.
+template <typename Fn>
+inline Fn original_as(HookId id) {
+  return reinterpret_cast<Fn>(original(id));
+}
+
+// Carries out a verdict on a kernel call on `self`. `run(tensor)` calls the
+// original with `tensor` in place of self. SKIP and ZERO_LAZILY still run
+// the original, on a zero-element stand-in of self's dtype and device, so a
+// call torch would reject raises exactly what it would raise.
 template <typename Run>
-inline auto dispatch(fsdpskip_verdict verdict, const fsdpskip_plugin* plugin, fsdpskip_kernel kernel,
-                     void* self, void* probe_source, Run run) {
+inline void* carry_out(fsdpskip_verdict verdict, const fsdpskip_plugin* plugin, fsdpskip_kernel kernel, void* self,
+                       Run run) {
   switch (verdict) {
-    case FSDPSKIP_SKIP: {
-      run(plugin->probe_like(probe_source, 0));
+    case FSDPSKIP_SKIP:
+      run(plugin->stand_in_like(self, 0));
       plugin->skipped(kernel, self);
-      return decltype(run(self))(self);
-    }
+      return self;
+    case FSDPSKIP_ZERO_LAZILY:
+      run(plugin->stand_in_like(self, 0));
+      plugin->zero_lazily(self);
+      return self;
     case FSDPSKIP_AUDIT: {
       uint64_t start = now_ns();
-      auto result = run(self);
+      void* result = run(self);
       plugin->audited(kernel, self, now_ns() - start);
       return result;
     }
@@ -43,154 +59,132 @@ inline auto dispatch(fsdpskip_verdict verdict, const fsdpskip_plugin* plugin, fs
   }
 }
 
-template <typename Fn>
-inline Fn original_as(HookId id) {
-  return reinterpret_cast<Fn>(original(id));
-}
-
-}  // namespace
-
-#define EXPORT extern "C" __attribute__((visibility("default")))
-
-// Each hot forwarder is two functions: the exported one, whose inactive path
-// is a flag test and a tail call into the original (no frame to set up), and
-// active_<id>, out of line, with everything an active process does.
-#define ACTIVE_PATH(id) static __attribute__((noinline)) auto active_##id
-
-// normal_ / uniform_ (Tensor& self, double, double, optional<Generator>)
-#define FORWARDER_Random(id, kernel, mangled)                                                \
-  using Fn_##id = void* (*)(void*, double, double, void*);                                  \
-  ACTIVE_PATH(id)(void* self, double a, double b, void* generator) -> void* {               \
-    auto fn = original_as<Fn_##id>(HookId::id);                                              \
-    const fsdpskip_plugin* plugin = active_plugin();                                         \
-    if (plugin == nullptr) return fn(self, a, b, generator);                                 \
-    return dispatch(plugin->decide_init(kernel, self), plugin, kernel, self, self,          \
-                    [&](void* t) { return fn(t, a, b, generator); });                        \
-  }                                                                                          \
-  EXPORT void* hook_##id(void* self, double a, double b, void* generator) __asm__(mangled); \
-  void* hook_##id(void* self, double a, double b, void* generator) {                        \
-    if (__builtin_expect(g_active, 0)) return active_##id(self, a, b, generator);            \
-    return original_as<Fn_##id>(HookId::id)(self, a, b, generator);                          \
+// normal_ / uniform_ (Tensor& self, double, double, optional<Generator>*)
+template <HookId id, fsdpskip_kernel kernel>
+struct Random {
+  using Fn = void* (*)(void*, double, double, void*);
+  static NOINLINE void* active(void* self, double a, double b, void* generator) {
+    Fn fn = original_as<Fn>(id);
+    const fsdpskip_plugin* plugin = active_plugin();
+    if (plugin == nullptr) return fn(self, a, b, generator);
+    return carry_out(plugin->decide_init(kernel, self), plugin, kernel, self,
+                     [&](void* t) { return fn(t, a, b, generator); });
   }
+  static void* forward(void* self, double a, double b, void* generator) {
+    if (__builtin_expect(g_active, 0)) return active(self, a, b, generator);
+    return original_as<Fn>(id)(self, a, b, generator);
+  }
+};
 
 // zero_ (Tensor& self)
-#define FORWARDER_Unary(id, kernel, mangled)                                                      \
-  using Fn_##id = void* (*)(void*);                                                              \
-  ACTIVE_PATH(id)(void* self) -> void* {                                                         \
-    auto fn = original_as<Fn_##id>(HookId::id);                                                   \
-    const fsdpskip_plugin* plugin = active_plugin();                                              \
-    if (plugin == nullptr) return fn(self);                                                       \
-    return dispatch(plugin->decide_init(kernel, self), plugin, kernel, self, self, fn);          \
-  }                                                                                               \
-  EXPORT void* hook_##id(void* self) __asm__(mangled);                                           \
-  void* hook_##id(void* self) {                                                                  \
-    if (__builtin_expect(g_active, 0)) return active_##id(self);                                  \
-    return original_as<Fn_##id>(HookId::id)(self);                                                \
+template <HookId id, fsdpskip_kernel kernel>
+struct Unary {
+  using Fn = void* (*)(void*);
+  static NOINLINE void* active(void* self) {
+    Fn fn = original_as<Fn>(id);
+    const fsdpskip_plugin* plugin = active_plugin();
+    if (plugin == nullptr) return fn(self);
+    return carry_out(plugin->decide_init(kernel, self), plugin, kernel, self, fn);
   }
+  static void* forward(void* self) {
+    if (__builtin_expect(g_active, 0)) return active(self);
+    return original_as<Fn>(id)(self);
+  }
+};
 
-// fill_ (Tensor& self, const Tensor& value), and fill_ (Tensor& self, const
-// Scalar& value), whose value the plugin reads (a fill with zero is a zero_).
-#define BINARY_FORWARDER(id, kernel, mangled, decision)                                     \
-  using Fn_##id = void* (*)(void*, const void*);                                           \
-  ACTIVE_PATH(id)(void* self, const void* value) -> void* {                                \
-    auto fn = original_as<Fn_##id>(HookId::id);                                             \
-    const fsdpskip_plugin* plugin = active_plugin();                                        \
-    if (plugin == nullptr) return fn(self, value);                                          \
-    return dispatch(decision, plugin, kernel, self, self, [&](void* t) { return fn(t, value); }); \
-  }                                                                                         \
-  EXPORT void* hook_##id(void* self, const void* value) __asm__(mangled);                  \
-  void* hook_##id(void* self, const void* value) {                                         \
-    if (__builtin_expect(g_active, 0)) return active_##id(self, value);                     \
-    return original_as<Fn_##id>(HookId::id)(self, value);                                   \
+// fill_ (Tensor& self, const Tensor& value) and fill_ (Tensor& self, const
+// Scalar& value); the plugin reads the scalar (a fill with +0 is a zero_).
+template <HookId id, fsdpskip_kernel kernel, bool kScalar>
+struct Fill {
+  using Fn = void* (*)(void*, const void*);
+  static NOINLINE void* active(void* self, const void* value) {
+    Fn fn = original_as<Fn>(id);
+    const fsdpskip_plugin* plugin = active_plugin();
+    if (plugin == nullptr) return fn(self, value);
+    fsdpskip_verdict verdict = kScalar ? plugin->decide_fill(self, value) : plugin->decide_init(kernel, self);
+    return carry_out(verdict, plugin, kernel, self, [&](void* t) { return fn(t, value); });
   }
-#define FORWARDER_Binary(id, kernel, mangled) \
-  BINARY_FORWARDER(id, kernel, mangled, plugin->decide_init(kernel, self))
-#define FORWARDER_FillScalar(id, kernel, mangled) \
-  BINARY_FORWARDER(id, kernel, mangled, plugin->decide_fill(self, value))
+  static void* forward(void* self, const void* value) {
+    if (__builtin_expect(g_active, 0)) return active(self, value);
+    return original_as<Fn>(id)(self, value);
+  }
+};
+template <HookId id, fsdpskip_kernel kernel>
+using Binary = Fill<id, kernel, false>;
+template <HookId id, fsdpskip_kernel kernel>
+using FillScalar = Fill<id, kernel, true>;
 
 // copy_ (Tensor& self, const Tensor& src, bool non_blocking). A skipped copy
-// checks its arguments on two probes: one like self, one like src.
-#define FORWARDER_Copy(id, kernel, mangled)                                                      \
-  using Fn_##id = void* (*)(void*, const void*, bool);                                          \
-  EXPORT void* hook_##id(void* self, const void* src, bool non_blocking) __asm__(mangled);      \
-  ACTIVE_PATH(id)(void* self, const void* src, bool non_blocking) -> void*;                     \
-  void* hook_##id(void* self, const void* src, bool non_blocking) {                             \
-    if (__builtin_expect(g_active, 0)) return active_##id(self, src, non_blocking);             \
-    return original_as<Fn_##id>(HookId::id)(self, src, non_blocking);                           \
-  }                                                                                             \
-  ACTIVE_PATH(id)(void* self, const void* src, bool non_blocking) -> void* {                    \
-    auto fn = original_as<Fn_##id>(HookId::id);                                                  \
-    const fsdpskip_plugin* plugin = active_plugin();                                             \
-    if (plugin == nullptr) return fn(self, src, non_blocking);                                   \
-    fsdpskip_verdict verdict = plugin->decide_copy(self, src);                                   \
-    void* result = dispatch(verdict, plugin, kernel, self, self, [&](void* t) {                  \
-      return fn(t, t == self ? src : plugin->probe_like(src, 1), non_blocking);                  \
-    });                                                                                          \
-    if (verdict == FSDPSKIP_RUN_NOTIFY) plugin->copied(self, src);                               \
-    return result;                                                                               \
+// checks its arguments on two stand-ins: one like self, one like src.
+template <HookId id, fsdpskip_kernel kernel>
+struct Copy {
+  using Fn = void* (*)(void*, const void*, bool);
+  static NOINLINE void* active(void* self, const void* src, bool non_blocking) {
+    Fn fn = original_as<Fn>(id);
+    const fsdpskip_plugin* plugin = active_plugin();
+    if (plugin == nullptr) return fn(self, src, non_blocking);
+    fsdpskip_verdict verdict = plugin->decide_copy(self, src);
+    void* result = carry_out(verdict, plugin, kernel, self, [&](void* t) {
+      return fn(t, t == self ? src : plugin->stand_in_like(src, 1), non_blocking);
+    });
+    if (verdict == FSDPSKIP_RUN_NOTIFY) plugin->copied(self, src);
+    return result;
   }
+  static void* forward(void* self, const void* src, bool non_blocking) {
+    if (__builtin_expect(g_active, 0)) return active(self, src, non_blocking);
+    return original_as<Fn>(id)(self, src, non_blocking);
+  }
+};
 
 // c10::TensorImpl::set_requires_grad(this, bool): tag after the original
 // succeeded (it throws for non-leaf tensors; then nothing is tagged).
-#define FORWARDER_RequiresGrad(id, kernel, mangled)                     \
-  EXPORT void hook_##id(void* impl, bool requires_grad) __asm__(mangled); \
-  void hook_##id(void* impl, bool requires_grad) {                       \
-    original_as<void (*)(void*, bool)>(HookId::id)(impl, requires_grad); \
-    if (!requires_grad) return;                                          \
-    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->requires_grad_set(impl); \
+template <HookId id, fsdpskip_kernel>
+struct RequiresGrad {
+  static void forward(void* impl, bool requires_grad) {
+    original_as<void (*)(void*, bool)>(id)(impl, requires_grad);
+    if (!requires_grad) return;
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->requires_grad_set(impl);
   }
+};
 
 // at::TensorBase::set_data(this, const TensorBase& new_data)
-#define FORWARDER_SetData(id, kernel, mangled)                                   \
-  EXPORT void hook_##id(void* self, const void* new_data) __asm__(mangled);     \
-  void hook_##id(void* self, const void* new_data) {                            \
-    original_as<void (*)(void*, const void*)>(HookId::id)(self, new_data);       \
-    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->data_set(self); \
+template <HookId id, fsdpskip_kernel>
+struct SetData {
+  static void forward(void* self, const void* new_data) {
+    original_as<void (*)(void*, const void*)>(id)(self, new_data);
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->data_set(self);
   }
+};
 
 // ProcessGroup*::broadcast(this, vector<Tensor>&, const BroadcastOptions&)
 // returns intrusive_ptr<Work> by value: hidden result pointer first.
-#define FORWARDER_Broadcast(id, kernel, mangled)                                           \
-  EXPORT void* hook_##id(void* result, void* group, void* tensors, void* options)         \
-      __asm__(mangled);                                                                    \
-  void* hook_##id(void* result, void* group, void* tensors, void* options) {              \
-    auto fn = original_as<void* (*)(void*, void*, void*, void*)>(HookId::id);              \
-    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->broadcast_started(tensors); \
-    return fn(result, group, tensors, options);                                            \
+template <HookId id, fsdpskip_kernel>
+struct Broadcast {
+  static void* forward(void* result, void* group, void* tensors, void* options) {
+    auto fn = original_as<void* (*)(void*, void*, void*, void*)>(id);
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->broadcast_started(tensors);
+    return fn(result, group, tensors, options);
   }
+};
 
 // structured_*::impl(this, self, [inputs...,] out): the meta function already
-// checked the arguments, so a skipped impl needs no probe.
-#define CHAIN_BODY(id, kernel, out, ...)                                               \
-  auto fn = original_as<void (*)(void*, __VA_ARGS__)>(HookId::id);                      \
-  const fsdpskip_plugin* plugin = active_plugin();                                      \
-  fsdpskip_verdict verdict = plugin ? plugin->decide_chain(self, out) : FSDPSKIP_RUN;   \
-  if (verdict == FSDPSKIP_SKIP) return plugin->skipped(kernel, const_cast<void*>(out)); \
-  uint64_t start = verdict == FSDPSKIP_AUDIT ? now_ns() : 0;
-
-#define FORWARDER_Chain1(id, kernel, mangled)                                                   \
-  EXPORT void hook_##id(void* op, const void* self, const void* out) __asm__(mangled);         \
-  void hook_##id(void* op, const void* self, const void* out) {                                \
-    CHAIN_BODY(id, kernel, out, const void*, const void*)                                       \
-    fn(op, self, out);                                                                          \
-    if (start) plugin->audited(kernel, const_cast<void*>(out), now_ns() - start);               \
+// checked the arguments, so a skipped impl needs no stand-in.
+template <HookId id, fsdpskip_kernel kernel>
+struct Chain {
+  template <typename... Inputs>
+  static void forward(void* op, const void* self, Inputs... inputs_then_out) {
+    auto fn = original_as<void (*)(void*, const void*, Inputs...)>(id);
+    const fsdpskip_plugin* plugin = active_plugin();
+    if (plugin == nullptr) return fn(op, self, inputs_then_out...);
+    const void* arguments[] = {inputs_then_out...};
+    void* out = const_cast<void*>(arguments[sizeof...(Inputs) - 1]);
+    fsdpskip_verdict verdict = plugin->decide_chain(self, out);
+    if (verdict == FSDPSKIP_SKIP) return plugin->skipped(kernel, out);
+    uint64_t start = verdict == FSDPSKIP_AUDIT ? now_ns() : 0;
+    fn(op, self, inputs_then_out...);
+    if (start) plugin->audited(kernel, out, now_ns() - start);
   }
-#define FORWARDER_Chain2(id, kernel, mangled)                                                   \
-  EXPORT void hook_##id(void* op, const void* self, const void* x, const void* out)            \
-      __asm__(mangled);                                                                         \
-  void hook_##id(void* op, const void* self, const void* x, const void* out) {                 \
-    CHAIN_BODY(id, kernel, out, const void*, const void*, const void*)                          \
-    fn(op, self, x, out);                                                                       \
-    if (start) plugin->audited(kernel, const_cast<void*>(out), now_ns() - start);               \
-  }
-#define FORWARDER_Chain3(id, kernel, mangled)                                                   \
-  EXPORT void hook_##id(void* op, const void* self, const void* x, const void* y,              \
-                        const void* out) __asm__(mangled);                                      \
-  void hook_##id(void* op, const void* self, const void* x, const void* y, const void* out) {  \
-    CHAIN_BODY(id, kernel, out, const void*, const void*, const void*, const void*)             \
-    fn(op, self, x, y, out);                                                                    \
-    if (start) plugin->audited(kernel, const_cast<void*>(out), now_ns() - start);               \
-  }
+};
 
 // NCCL's C API returns ncclResult_t; ncclSystemError answers a call whose
 // original is not loaded (a program that found the preload's definition with
@@ -205,34 +199,73 @@ inline size_t nccl_bytes(size_t count, int datatype) {
   return datatype >= 0 && datatype < static_cast<int>(sizeof kSizes) ? count * kSizes[datatype] : 0;
 }
 
-template <typename Fn, typename... Args>
-inline int forward_nccl(HookId id, void* recvbuff, size_t count, int datatype, Args... args) {
+template <HookId id, typename Fn, typename... Args>
+inline int receive(void* recvbuff, size_t count, int datatype, Args... args) {
   auto fn = reinterpret_cast<Fn>(find_original(id));
   if (fn == nullptr) return kNcclSystemError;
   if (const fsdpskip_plugin* plugin = active_plugin()) plugin->received(recvbuff, nccl_bytes(count, datatype));
   return fn(args...);
 }
 
-// ncclBcast(buff, count, datatype, root, comm, stream)
-#define FORWARDER_NcclBcast(id, kernel, mangled)                                                       \
-  EXPORT int hook_##id(void* buff, size_t count, int datatype, int root, void* comm, void* stream)    \
-      __asm__(mangled);                                                                               \
-  int hook_##id(void* buff, size_t count, int datatype, int root, void* comm, void* stream) {        \
-    return forward_nccl<int (*)(void*, size_t, int, int, void*, void*)>(HookId::id, buff, count, datatype, \
-                                                                         buff, count, datatype, root, comm, stream); \
+// ncclBcast(buff, count, datatype, root, comm, stream), and ncclRecv(recvbuff,
+// count, datatype, peer, comm, stream) with the same layout.
+template <HookId id, fsdpskip_kernel>
+struct NcclBcast {
+  static int forward(void* buff, size_t count, int datatype, int root, void* comm, void* stream) {
+    return receive<id, int (*)(void*, size_t, int, int, void*, void*)>(buff, count, datatype, buff, count, datatype,
+                                                                        root, comm, stream);
   }
-// ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)
-#define FORWARDER_NcclBroadcast(id, kernel, mangled)                                                   \
-  EXPORT int hook_##id(const void* send, void* recv, size_t count, int datatype, int root, void* comm, \
-                       void* stream) __asm__(mangled);                                                \
-  int hook_##id(const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream) { \
-    return forward_nccl<int (*)(const void*, void*, size_t, int, int, void*, void*)>(                 \
-        HookId::id, recv, count, datatype, send, recv, count, datatype, root, comm, stream);          \
-  }
-// ncclRecv(recvbuff, count, datatype, peer, comm, stream)
-#define FORWARDER_NcclRecv(id, kernel, mangled) FORWARDER_NcclBcast(id, kernel, mangled)
+};
+template <HookId id, fsdpskip_kernel kernel>
+using NcclRecv = NcclBcast<id, kernel>;
 
-#define HOOK(id, library, shape, kernel, mangled) FORWARDER_##shape(id, kernel, mangled)
+// ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)
+template <HookId id, fsdpskip_kernel>
+struct NcclBroadcast {
+  static int forward(const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream) {
+    return receive<id, int (*)(const void*, void*, size_t, int, int, void*, void*)>(
+        recv, count, datatype, send, recv, count, datatype, root, comm, stream);
+  }
+};
+
+// Chain steps by their number of tensor arguments after `self`.
+template <HookId id, fsdpskip_kernel kernel>
+using Chain1 = Chain<id, kernel>;
+template <HookId id, fsdpskip_kernel kernel>
+using Chain2 = Chain<id, kernel>;
+template <HookId id, fsdpskip_kernel kernel>
+using Chain3 = Chain<id, kernel>;
+
+}  // namespace
+
+// Each shape's C-level signature: result, parameters, the arguments that
+// pass them on.
+#define SIGNATURE_Random void*, (void* self, double a, double b, void* generator), (self, a, b, generator)
+#define SIGNATURE_Unary void*, (void* self), (self)
+#define SIGNATURE_Binary void*, (void* self, const void* value), (self, value)
+#define SIGNATURE_FillScalar SIGNATURE_Binary
+#define SIGNATURE_Copy void*, (void* self, const void* src, bool non_blocking), (self, src, non_blocking)
+#define SIGNATURE_RequiresGrad void, (void* impl, bool requires_grad), (impl, requires_grad)
+#define SIGNATURE_SetData void, (void* self, const void* new_data), (self, new_data)
+#define SIGNATURE_Broadcast void*, (void* result, void* group, void* tensors, void* options), (result, group, tensors, options)
+#define SIGNATURE_Chain1 void, (void* op, const void* self, const void* out), (op, self, out)
+#define SIGNATURE_Chain2 void, (void* op, const void* self, const void* x, const void* out), (op, self, x, out)
+#define SIGNATURE_Chain3 void, (void* op, const void* self, const void* x, const void* y, const void* out), \
+                         (op, self, x, y, out)
+#define SIGNATURE_NcclBcast int, (void* buff, size_t count, int datatype, int root, void* comm, void* stream), \
+                            (buff, count, datatype, root, comm, stream)
+#define SIGNATURE_NcclRecv SIGNATURE_NcclBcast
+#define SIGNATURE_NcclBroadcast int, \
+    (const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream), \
+    (send, recv, count, datatype, root, comm, stream)
+
+// A row's exported definition: hook_<id>, named `mangled` in the dynamic
+// symbol table, one call into its shape's forwarder.
+#define INTERPOSER(id, kernel, mangled, shape, result, parameters, arguments)                  \
+  extern "C" __attribute__((visibility("default"))) result hook_##id parameters __asm__(mangled); \
+  result hook_##id parameters { return shape<HookId::id, kernel>::forward arguments; }
+#define APPLY(macro, ...) macro(__VA_ARGS__)
+#define HOOK(id, library, shape, kernel, mangled) APPLY(INTERPOSER, id, kernel, mangled, shape, SIGNATURE_##shape)
 #include "hooks.def"
 #undef HOOK
 

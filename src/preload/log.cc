@@ -7,11 +7,34 @@
 namespace fsdpskip {
 namespace {
 
-int g_warnings_printed = 0;  // racy by design: a cap, not an exact count
+struct MessageKind {
+  fsdpskip_log_level least;  // the lowest FSDPSKIP_LOG that prints it
+  const char* label;
+  int cap;                   // at most this many per process (0: no cap)
+  const char* when_capped;   // said once, instead of the first one over the cap
+};
 
-void write_line(const char* format, va_list args) {
-  char line[1024];
-  int prefix = snprintf(line, sizeof line, "fsdpskip: ");
+// By fsdpskip_message. A pending storage's cap keeps stderr readable: the
+// report lists them all.
+constexpr MessageKind kKinds[] = {
+    /* ERROR   */ {FSDPSKIP_LOG_QUIET, "error: ", 0, nullptr},
+    /* WARNING */ {FSDPSKIP_LOG_QUIET, "warning: ", 8, "further warnings suppressed"},
+    /* SUMMARY */ {FSDPSKIP_LOG_SUMMARY, "", 0, nullptr},
+    /* ADVICE  */ {FSDPSKIP_LOG_SUMMARY, "warning: ", 0, nullptr},
+    /* PENDING */ {FSDPSKIP_LOG_SUMMARY, "error: ", 20,
+                   "more storages are pending than are listed here; FSDPSKIP_REPORT lists them all"},
+    /* DEBUG   */ {FSDPSKIP_LOG_DEBUG, "", 0, nullptr},
+    /* TRACE   */ {FSDPSKIP_LOG_TRACE, "", 0, nullptr},
+};
+constexpr int kKindCount = sizeof kKinds / sizeof *kKinds;
+static_assert(kKindCount == FSDPSKIP_MESSAGE_TRACE + 1, "one row per fsdpskip_message");
+
+int g_level = FSDPSKIP_LOG_SUMMARY;
+int g_said[kKindCount];  // racy by design: caps, not exact counts
+
+void write_line(const char* label, const char* format, va_list args) {
+  char line[4096];
+  int prefix = snprintf(line, sizeof line, "fsdpskip: %s", label);
   int body = vsnprintf(line + prefix, sizeof line - prefix - 1, format, args);
   size_t length = prefix + (body < 0 ? 0 : body);
   if (length > sizeof line - 2) length = sizeof line - 2;
@@ -20,26 +43,35 @@ void write_line(const char* format, va_list args) {
   (void)ignored;
 }
 
-}  // namespace
-
-void log_error(const char* format, ...) {
+void write_line(const char* label, const char* format, ...) {
   va_list args;
   va_start(args, format);
-  write_line(format, args);
+  write_line(label, format, args);
   va_end(args);
 }
 
-void log_warning(const char* format, ...) {
-  int n = __atomic_fetch_add(&g_warnings_printed, 1, __ATOMIC_RELAXED);
-  if (n > kMaxWarnings) return;
-  if (n == kMaxWarnings) {
-    log_error("further warnings suppressed");
-    return;
+}  // namespace
+
+void set_log_level(fsdpskip_log_level level) { __atomic_store_n(&g_level, level, __ATOMIC_RELAXED); }
+
+bool says(fsdpskip_message kind) {
+  return kind >= 0 && kind < kKindCount && __atomic_load_n(&g_level, __ATOMIC_RELAXED) >= kKinds[kind].least;
+}
+
+void say(fsdpskip_message kind, const char* format, ...) {
+  if (!says(kind)) return;
+  const MessageKind& row = kKinds[kind];
+  if (row.cap) {
+    int n = __atomic_fetch_add(&g_said[kind], 1, __ATOMIC_RELAXED);
+    if (n > row.cap) return;
+    if (n == row.cap) return write_line(row.label, "%s", row.when_capped);
   }
   va_list args;
   va_start(args, format);
-  write_line(format, args);
+  write_line(row.label, format, args);
   va_end(args);
 }
+
+void say_text(fsdpskip_message kind, const char* text) { say(kind, "%s", text ? text : ""); }
 
 }  // namespace fsdpskip

@@ -1,15 +1,25 @@
-// One-line diagnostics on stderr, formatted on the stack and written with a
-// single write(2): no stdio buffers, no allocation, safe in any process.
+// The one sink for fsdpskip's lines on stderr, the preload's and (through
+// fsdpskip_host.say) the plugin's: the "fsdpskip: " prefix, which FSDPSKIP_LOG
+// prints which kind of message, and the caps. Each line is formatted on the
+// stack and written with a single write(2): no stdio buffers, no
+// allocation, safe in any process.
 #pragma once
+
+#include "../common/plugin_abi.h"
 
 namespace fsdpskip {
 
-// Prints "fsdpskip: <message>\n". Always printed: for errors the user must see.
-__attribute__((format(printf, 1, 2))) void log_error(const char* format, ...);
+// The level the sink filters by (the decision's FSDPSKIP_LOG).
+void set_log_level(fsdpskip_log_level level);
 
-// Like log_error, but the process prints at most kMaxWarnings of them.
-__attribute__((format(printf, 1, 2))) void log_warning(const char* format, ...);
+// Prints "fsdpskip: <label><message>\n" when the level admits `kind` and its
+// cap is not reached.
+__attribute__((format(printf, 2, 3))) void say(fsdpskip_message kind, const char* format, ...);
 
-constexpr int kMaxWarnings = 8;
+// fsdpskip_host.say: a plugin's message, already formatted.
+void say_text(fsdpskip_message kind, const char* text);
+
+// True when the level prints `kind` (spares formatting what would be dropped).
+bool says(fsdpskip_message kind);
 
 }  // namespace fsdpskip

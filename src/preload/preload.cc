@@ -38,7 +38,7 @@ bool g_loading = false;
 // Copies of the variables' values: the environment can change under us.
 char g_report_template[PATH_MAX];
 char g_plugin_override[PATH_MAX];
-fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI, false, FSDPSKIP_MODE_ON, FSDPSKIP_LOG_SUMMARY, -1, -1, nullptr};
+fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI, say_text, false, FSDPSKIP_MODE_ON, FSDPSKIP_LOG_SUMMARY, -1, -1, nullptr};
 
 // Decisions are made one at a time, under this lock; it is never held while
 // torch, the plugin's loading or the dynamic linker runs.
@@ -67,9 +67,9 @@ const fsdpskip_plugin* load_plugin() {
   char identity[1024];
   if (!read_file_section(path, FSDPSKIP_TORCH_ID_SECTION, identity, sizeof identity)) {
     if (access(path, R_OK) != 0)
-      log_warning("torch plugin not found at %s (set FSDPSKIP_PLUGIN or reinstall); inactive in this process", path);
+      say(FSDPSKIP_MESSAGE_WARNING, "torch plugin not found at %s (set FSDPSKIP_PLUGIN or reinstall); inactive in this process", path);
     else
-      log_warning("%s is not a fsdpskip torch plugin (no %s section); inactive in this process", path,
+      say(FSDPSKIP_MESSAGE_WARNING, "%s is not a fsdpskip torch plugin (no %s section); inactive in this process", path,
                   FSDPSKIP_TORCH_ID_SECTION);
     return nullptr;
   }
@@ -77,11 +77,11 @@ const fsdpskip_plugin* load_plugin() {
   identity_field(identity, "build-id", expected_id, sizeof expected_id);
   identity_field(identity, "torch", expected_version, sizeof expected_version);
   if (!loaded_library_identity(library_prefix(Library::kTorchCpu), torch_path, sizeof torch_path, loaded_id, sizeof loaded_id)) {
-    log_warning("no %s is loaded in this process; inactive", library_prefix(Library::kTorchCpu));
+    say(FSDPSKIP_MESSAGE_WARNING, "no %s is loaded in this process; inactive", library_prefix(Library::kTorchCpu));
     return nullptr;
   }
   if (strcmp(expected_id, loaded_id) != 0) {
-    log_warning("plugin %s was built for torch %s (libtorch_cpu build-id %s) but this process runs %s "
+    say(FSDPSKIP_MESSAGE_WARNING, "plugin %s was built for torch %s (libtorch_cpu build-id %s) but this process runs %s "
                 "(build-id %s); inactive in this process. Rebuild it against this torch (README: "
                 "\"Build against your own torch\")",
                 path, expected_version, expected_id, torch_path, loaded_id[0] ? loaded_id : "none");
@@ -89,17 +89,17 @@ const fsdpskip_plugin* load_plugin() {
   }
   void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    log_warning("cannot load %s: %s; inactive in this process", path, dlerror());
+    say(FSDPSKIP_MESSAGE_WARNING, "cannot load %s: %s; inactive in this process", path, dlerror());
     return nullptr;
   }
   auto load = reinterpret_cast<fsdpskip_plugin_load_fn>(dlsym(handle, FSDPSKIP_PLUGIN_ENTRY));
   if (load == nullptr) {
-    log_warning("%s has no %s; inactive in this process", path, FSDPSKIP_PLUGIN_ENTRY);
+    say(FSDPSKIP_MESSAGE_WARNING, "%s has no %s; inactive in this process", path, FSDPSKIP_PLUGIN_ENTRY);
     return nullptr;
   }
   const fsdpskip_plugin* plugin = load(&g_host);  // prints its own reason on NULL
   if (plugin != nullptr && plugin->abi != FSDPSKIP_PLUGIN_ABI) {
-    log_warning("%s speaks plugin ABI %u, this preload %d; inactive in this process", path, plugin->abi,
+    say(FSDPSKIP_MESSAGE_WARNING, "%s speaks plugin ABI %u, this preload %d; inactive in this process", path, plugin->abi,
                 FSDPSKIP_PLUGIN_ABI);
     return nullptr;
   }
@@ -137,9 +137,9 @@ void at_exit() {
   // A helper process (torchrun's agent, a spawned DataLoader worker) that
   // imported torch and made no parameter: nothing to say at the default level.
   char path[PATH_MAX], build_id[128];
-  if (g_plugin_state == PluginState::kUntried && g_options.log_level >= FSDPSKIP_LOG_DEBUG &&
+  if (g_plugin_state == PluginState::kUntried && says(FSDPSKIP_MESSAGE_DEBUG) &&
       loaded_library_identity(library_prefix(Library::kTorchCpu), path, sizeof path, build_id, sizeof build_id))
-    log_error("local rank %d pid %d: torch was loaded but no parameter was initialised; nothing skipped",
+    say(FSDPSKIP_MESSAGE_DEBUG, "local rank %d pid %d: torch was loaded but no parameter was initialised; nothing skipped",
               g_options.local_rank, getpid());
 }
 
@@ -150,14 +150,15 @@ void copy_value(char* buffer, size_t size, const char* value) { snprintf(buffer,
 // variable was set to a value that states a loading (FSDPSKIP, the auto pair).
 void decide(Options options, const char* cause, bool stated) {
   bool was_active = g_options.active;
-  if (options.error[0]) log_error("%s", options.error);
+  set_log_level(options.log_level);
+  if (options.error[0]) say(FSDPSKIP_MESSAGE_ERROR, "%s", options.error);
   copy_value(g_plugin_override, sizeof g_plugin_override, options.plugin_path);
   const char* report_template = options.report_template;
   options.report_template = options.plugin_path = nullptr;
   g_options = options;
   bool opens_loading = options.active && (!was_active || stated);
-  if (options.log_level >= FSDPSKIP_LOG_DEBUG && (cause == nullptr || was_active != options.active || opens_loading))
-    log_error("pid %d: %s%s%s: %s (%s)%s", getpid(), cause ? "after a change of " : "decision at start-up",
+  if (cause == nullptr || was_active != options.active || opens_loading)
+    say(FSDPSKIP_MESSAGE_DEBUG, "pid %d: %s%s%s: %s (%s)%s", getpid(), cause ? "after a change of " : "decision at start-up",
               cause ? cause : "", cause ? ", decision" : "", options.active ? "active" : "inactive", options.reason,
               opens_loading && cause ? "; a new loading phase begins" : "");
   if (options.active && !g_exit_registered) {

@@ -24,13 +24,7 @@ const fsdpskip_host* g_preload = nullptr;
 
 const at::Tensor& tensor(const void* pointer) { return *static_cast<const at::Tensor*>(pointer); }
 
-void write_stderr(const std::string& text) {
-  for (size_t done = 0; done < text.size();) {
-    ssize_t n = write(STDERR_FILENO, text.data() + done, text.size() - done);
-    if (n <= 0) return;
-    done += n;
-  }
-}
+void say(fsdpskip_message kind, const std::string& text) { g_preload->say(kind, text.c_str()); }
 
 void finish() {
   Tracker& tracker = Tracker::instance();
@@ -46,23 +40,17 @@ void finish() {
   for (uint64_t kernel_calls : stats.calls) calls += kernel_calls;
   // A process that skipped nothing (a helper that made a parameter or two, a
   // rank turned active too late) says so only at debug level.
-  bool acted = calls || stats.lazy_zero_calls || stats.storages_skipped || !pending.empty();
-  if (g_preload->log_level >= (acted ? FSDPSKIP_LOG_SUMMARY : FSDPSKIP_LOG_DEBUG)) {
-    write_stderr(summary_line(context, stats, pending.size(), audit));
-    constexpr size_t kMaxPendingLines = 20;  // the report lists them all
-    for (size_t i = 0; i < pending.size() && i < kMaxPendingLines; ++i) write_stderr(pending_line(pending[i]));
-    if (stats.storages_skipped && !stats.loading_ended)
-      write_stderr("fsdpskip: warning: parameter inits were skipped but no broadcast from rank 0 was seen; "
-                   "make sure this rank receives rank 0's values (sync_module_states, DDP, dist.broadcast)\n");
-    if (pending.size() > kMaxPendingLines)
-      write_stderr("fsdpskip: error: " + std::to_string(pending.size() - kMaxPendingLines) +
-                   " more pending storages (see FSDPSKIP_REPORT)\n");
-  }
+  bool acted = calls || stats[Counter::lazy_zero_calls] || stats[Counter::storages_skipped] || !pending.empty();
+  say(acted ? FSDPSKIP_MESSAGE_SUMMARY : FSDPSKIP_MESSAGE_DEBUG, summary_line(context, stats, audit));
+  for (const SkipSite& site : pending) say(FSDPSKIP_MESSAGE_PENDING, pending_line(site));
+  if (stats[Counter::storages_skipped] && !stats.loading_ended)
+    say(FSDPSKIP_MESSAGE_ADVICE, "parameter inits were skipped but no broadcast from rank 0 was seen; make sure "
+                                  "this rank receives rank 0's values (sync_module_states, DDP, dist.broadcast)");
   if (g_preload->report_template != nullptr) {
     std::string path = expand_report_path(g_preload->report_template, context);
     std::string error;
     if (!write_atomically(path, report_json(context, stats, pending, audit), &error))
-      write_stderr("fsdpskip: FSDPSKIP_REPORT: " + error + "; no report written\n");
+      say(FSDPSKIP_MESSAGE_WARNING, "FSDPSKIP_REPORT: " + error + "; no report written");
   }
 }
 
@@ -75,12 +63,12 @@ const fsdpskip_plugin kPlugin = {
     [](void* dst, const void* src) { return Tracker::instance().decide_copy(tensor(dst), tensor(src)); },
     [](const void* self, const void* out) { return Tracker::instance().decide_chain(tensor(self), tensor(out)); },
     [](const void* self, int slot) -> void* {
-      // Zero-element tensors like self: the original checks its arguments on them.
-      thread_local at::Tensor probes[2];
-      probes[slot] = at::empty({0}, tensor(self).options());
-      return &probes[slot];
+      thread_local at::Tensor stand_ins[2];
+      stand_ins[slot] = at::empty({0}, tensor(self).options());
+      return &stand_ins[slot];
     },
     [](fsdpskip_kernel kernel, void* self) { Tracker::instance().skipped(kernel, tensor(self)); },
+    [](void* self) { Tracker::instance().zero_lazily(tensor(self)); },
     [](fsdpskip_kernel kernel, void* self, uint64_t ns) { Tracker::instance().audited(kernel, tensor(self), ns); },
     [](void* dst, const void* src) { Tracker::instance().copied(tensor(dst), tensor(src)); },
     [](void* impl) { Tracker::instance().requires_grad_set(static_cast<c10::TensorImpl*>(impl)); },
@@ -100,12 +88,14 @@ const fsdpskip_plugin kPlugin = {
 extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpskip_plugin_load(
     const fsdpskip_host* host) {
   using namespace fsdpskip;
-  if (host == nullptr || host->abi != FSDPSKIP_PLUGIN_ABI) {
-    write_stderr("fsdpskip: the preload and libfsdpskip_torch.so come from different builds; inactive\n");
+  // `abi` and `say` come first in every version of the host.
+  if (host->abi != FSDPSKIP_PLUGIN_ABI) {
+    host->say(FSDPSKIP_MESSAGE_WARNING,
+              "the preload and libfsdpskip_torch.so come from different builds (plugin ABI); inactive");
     return nullptr;
   }
   g_preload = host;
-  Tracker::instance().start();
+  Tracker::instance().start(host->say);
   Tracker::instance().set_policy(host->active, host->mode == FSDPSKIP_MODE_AUDIT, host->log_level, false);
   return &kPlugin;
 }

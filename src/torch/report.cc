@@ -63,7 +63,16 @@ std::vector<std::string> symbolised(const SkipSite& site) {
 
 }  // namespace
 
-std::string summary_line(const ReportContext& context, const Stats& stats, size_t pending, bool audit) {
+std::string counter_text(const ReportKey& row, uint64_t value) {
+  switch (row.unit) {
+    case CounterUnit::kBytes: return bytes_text(value);
+    case CounterUnit::kNanoseconds: return format("%.1f ms", value / 1e6);
+    case CounterUnit::kCount: break;
+  }
+  return std::to_string(value);
+}
+
+std::string summary_line(const ReportContext& context, const Stats& stats, bool audit) {
   uint64_t calls = 0;
   std::string per_kernel;
   for (int k = 0; k < FSDPSKIP_KERNEL_COUNT; ++k) {
@@ -71,62 +80,41 @@ std::string summary_line(const ReportContext& context, const Stats& stats, size_
     if (stats.calls[k]) per_kernel += format("%s%s %llu", per_kernel.empty() ? "" : ", ", kernel_name(static_cast<fsdpskip_kernel>(k)),
                                              static_cast<unsigned long long>(stats.calls[k]));
   }
-  std::string line = format("fsdpskip: local rank %d pid %d: ", context.host->local_rank, context.pid);
-  if (audit)
-    line += format("audit: would skip %llu calls (%s) on %llu storages, %s, %.1f ms in those kernels",
-                   static_cast<unsigned long long>(calls), per_kernel.empty() ? "none" : per_kernel.c_str(),
-                   static_cast<unsigned long long>(stats.storages_skipped), bytes_text(stats.bytes_skipped).c_str(),
-                   stats.audited_ns / 1e6);
-  else
-    line += format("skipped %llu calls (%s) on %llu storages of %s, %s never committed",
-                   static_cast<unsigned long long>(calls), per_kernel.empty() ? "none" : per_kernel.c_str(),
-                   static_cast<unsigned long long>(stats.storages_skipped), bytes_text(stats.bytes_skipped).c_str(),
-                   bytes_text(stats.bytes_released).c_str());
-  if (stats.lazy_zero_calls)
-    line += format("; %llu zero_ placeholders zeroed lazily, %s never committed",
-                   static_cast<unsigned long long>(stats.lazy_zero_calls),
-                   bytes_text(stats.lazy_zero_bytes_released).c_str());
-  line += format("; resolved %llu (overwrite %llu, free %llu), pending %zu",
-                 static_cast<unsigned long long>(stats.resolved_by_overwrite + stats.resolved_by_free),
-                 static_cast<unsigned long long>(stats.resolved_by_overwrite),
-                 static_cast<unsigned long long>(stats.resolved_by_free), pending);
-  return line + "\n";
+  std::string line = format("local rank %d pid %d: %s %llu calls (%s)", context.host->local_rank, context.pid,
+                            audit ? "audit: would skip" : "skipped", static_cast<unsigned long long>(calls),
+                            per_kernel.empty() ? "none" : per_kernel.c_str());
+  for (int c = 0; c < kCounterCount; ++c) {
+    const ReportKey& row = *kCounterRows.rows[c];
+    uint64_t value = stats.values[c];
+    if (*row.summary == '\0' || (row.shown == CounterShown::kNonZero && value == 0)) continue;
+    line += format(row.summary, counter_text(row, value).c_str());
+  }
+  return line;
 }
 
 std::string pending_line(const SkipSite& site) {
-  std::string line = format("fsdpskip: error: pending storage %s %s on %s, %s: skipped (%s) and never received "
+  std::string line = format("pending storage %s %s on %s, %s: skipped (%s) and never received "
                             "rank 0's data; skipped at ",
                             site.shape.c_str(), site.dtype.c_str(), site.device.c_str(),
                             bytes_text(site.bytes).c_str(), kernel_name(site.first_kernel));
   std::vector<std::string> frames = symbolised(site);
   for (size_t i = 0; i < frames.size() && i < 6; ++i) line += (i ? " < " : "") + frames[i];
-  return line + "\n";
+  return line;
 }
 
 std::string report_json(const ReportContext& context, const Stats& stats,
                         const std::vector<SkipSite>& pending, bool audit) {
-  std::string json = "{\n  \"schema\": \"fsdpskip-report\",\n  \"schema_version\": 1,\n";
+  std::string json = format("{\n  \"schema\": \"%s\",\n  \"schema_version\": %d,\n", kReportSchema,
+                            kReportSchemaVersion);
   json += format("  \"host\": %s,\n  \"pid\": %d,\n  \"rank\": %d,\n  \"local_rank\": %d,\n",
                  json_string(context.hostname).c_str(), context.pid, context.host->rank, context.host->local_rank);
   json += format("  \"mode\": \"%s\",\n  \"loading_ended\": %s,\n  \"calls\": {", audit ? "audit" : "on",
                  stats.loading_ended ? "true" : "false");
   for (int k = 0; k < FSDPSKIP_KERNEL_COUNT; ++k)
     json += format("%s\"%s\": %llu", k ? ", " : "", kernel_name(static_cast<fsdpskip_kernel>(k)), static_cast<unsigned long long>(stats.calls[k]));
-  auto number = [&](const char* name, uint64_t value) {
-    json += format(",\n  \"%s\": %llu", name, static_cast<unsigned long long>(value));
-  };
   json += "}";
-  number("storages_skipped", stats.storages_skipped);
-  number("bytes_skipped", stats.bytes_skipped);
-  number("bytes_never_committed", stats.bytes_released);
-  number("bytes_zeroed_by_writing", stats.bytes_written);
-  number("bytes_left_unzeroed", stats.bytes_left);
-  number("audited_kernel_ns", stats.audited_ns);
-  number("lazy_zero_calls", stats.lazy_zero_calls);
-  number("lazy_zero_bytes_never_committed", stats.lazy_zero_bytes_released);
-  number("resolved_by_overwrite", stats.resolved_by_overwrite);
-  number("resolved_by_free", stats.resolved_by_free);
-  number("pending_count", pending.size());
+  for (int c = 0; c < kCounterCount; ++c)
+    json += format(",\n  \"%s\": %llu", kCounterRows.rows[c]->key, static_cast<unsigned long long>(stats.values[c]));
   json += ",\n  \"pending\": [";
   for (size_t i = 0; i < pending.size(); ++i) {
     const SkipSite& site = pending[i];

@@ -15,7 +15,10 @@ struct ReportContext {
   int pid;
 };
 
-std::string summary_line(const ReportContext& context, const Stats& stats, size_t pending, bool audit);
+// The line at exit (without the sink's "fsdpskip: " prefix): the calls per
+// kernel, then report.def's summary fragments.
+std::string summary_line(const ReportContext& context, const Stats& stats, bool audit);
+// One pending storage: what it is and where it was skipped.
 std::string pending_line(const SkipSite& site);
 std::string report_json(const ReportContext& context, const Stats& stats,
                         const std::vector<SkipSite>& pending, bool audit);

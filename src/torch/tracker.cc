@@ -62,7 +62,7 @@ bool contiguous_range(const at::Tensor& tensor, char** begin, size_t* bytes) {
 const char* kernel_name(fsdpskip_kernel kernel) {
   static const char* const kNames[FSDPSKIP_KERNEL_COUNT] = {"normal_", "uniform_", "zero_",
                                                              "fill_",   "copy_",    "chain"};
-  return kernel < FSDPSKIP_KERNEL_COUNT ? kNames[kernel] : "?";
+  return kernel >= 0 && kernel < FSDPSKIP_KERNEL_COUNT ? kNames[kernel] : "?";
 }
 
 std::string shape_string(c10::IntArrayRef sizes) {
@@ -87,7 +87,8 @@ void Tracker::set_policy(bool enabled, bool audit, fsdpskip_log_level log_level,
   if (!loading_.exchange(true)) tagged_any_.store(false);
 }
 
-void Tracker::start() {
+void Tracker::start(Say say) {
+  say_ = say;
   // fork() (DataLoader workers) must not copy the lock held by a thread that
   // will not exist in the child.
   pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
@@ -97,8 +98,8 @@ void Tracker::start() {
                  });
   // The CPU allocator hands out posix_memalign memory: private anonymous
   // pages. Its deleter identifies that memory later.
-  c10::DataPtr probe = c10::GetDefaultCPUAllocator()->allocate(1);
-  cpu_deleter_ = probe.get_deleter();
+  c10::DataPtr sample = c10::GetDefaultCPUAllocator()->allocate(1);
+  cpu_deleter_ = sample.get_deleter();
   // Frees while the interpreter finalizes (module globals cleared) are the
   // process ending, not a resolution. 3.13 renamed the function.
   for (const char* name : {"Py_IsFinalizing", "_Py_IsFinalizing"})
@@ -117,12 +118,12 @@ bool Tracker::from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr de
          (deleter == cpu_deleter_ || deleter == &c10::free_cpu);
 }
 
-void Tracker::log(fsdpskip_log_level level, const char* what, const c10::StorageImpl* storage) {
-  if (log_level_ < level) return;
+void Tracker::log(fsdpskip_message kind, const char* what, const c10::StorageImpl* storage) {
+  fsdpskip_log_level least = kind == FSDPSKIP_MESSAGE_TRACE ? FSDPSKIP_LOG_TRACE : FSDPSKIP_LOG_DEBUG;
+  if (log_level_ < least || say_ == nullptr) return;
   char line[256];
-  int length = snprintf(line, sizeof line, "fsdpskip: %s storage %p (%zu bytes)\n", what,
-                        static_cast<const void*>(storage), storage->nbytes());
-  if (write(STDERR_FILENO, line, length) < 0) return;
+  snprintf(line, sizeof line, "%s storage %p (%zu bytes)", what, static_cast<const void*>(storage), storage->nbytes());
+  say_(kind, line);
 }
 
 Tracker::Record* Tracker::find_locked(const c10::StorageImpl* storage) {
@@ -183,7 +184,7 @@ bool Tracker::tag(c10::StorageImpl* storage) {
   Record* record = find_locked(storage);
   if (record == nullptr) record = track_locked(storage, Role::kParameter);
   if (record == nullptr || record->role != Role::kParameter) return false;
-  if (!tagged_any_.exchange(true)) log(FSDPSKIP_LOG_DEBUG, "first tag:", storage);
+  if (!tagged_any_.exchange(true)) log(FSDPSKIP_MESSAGE_DEBUG, "first tag:", storage);
   return true;
 }
 
@@ -201,7 +202,7 @@ bool Tracker::is_pending(const c10::StorageImpl* storage) {
 
 void Tracker::resolve_locked(Record& record, bool by_free) {
   if (record.role == Role::kParameter && record.skipped) {
-    ++(by_free ? stats_.resolved_by_free : stats_.resolved_by_overwrite);
+    ++stats_[by_free ? Counter::resolved_by_free : Counter::resolved_by_overwrite];
     pending_.fetch_sub(1);
   }
   record.role = Role::kReceived;
@@ -220,17 +221,17 @@ bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const 
   site->first_kernel = kernel;
   site->depth = backtrace(site->stack, kStackDepth);
   record.site = std::move(site);
-  ++stats_.storages_skipped;
-  stats_.bytes_skipped += record.storage->nbytes();
+  ++stats_[Counter::storages_skipped];
+  stats_[Counter::bytes_skipped] += record.storage->nbytes();
   return true;
 }
 
 fsdpskip_verdict Tracker::traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict) {
   if (log_level_ < FSDPSKIP_LOG_TRACE) return verdict;
   if (c10::StorageImpl* storage = storage_of(tensor)) {
-    static const char* const kVerdicts[] = {"run", "skip", "audit", "run"};
+    static const char* const kVerdicts[] = {"run", "skip", "audit", "run", "zero lazily"};
     std::string what = std::string(kernel_name(kernel)) + " -> " + kVerdicts[verdict] + ":";
-    log(FSDPSKIP_LOG_TRACE, what.c_str(), storage);
+    log(FSDPSKIP_MESSAGE_TRACE, what.c_str(), storage);
   }
   return verdict;
 }
@@ -247,14 +248,14 @@ fsdpskip_verdict Tracker::decide_fill(const at::Tensor& self, const c10::Scalar&
   return traced(FSDPSKIP_FILL, self, decide_init_untraced(self, zeroes));
 }
 
-bool Tracker::zero_lazily(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const {
+bool Tracker::lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const {
   char* begin;
   size_t bytes;
   if (audit_.load() || !contiguous_range(self, &begin, &bytes) || bytes < kLazyZeroMinBytes ||
       !from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
     return false;
   // Outside loading only where pages are not in memory (transformers'
-  // zeros_like placeholders of a later model); skipped() then writes the
+  // zeros_like placeholders of a later model); zero_lazily() then writes the
   // resident ones. A gradient's zero_ in a training loop stays a memset.
   return loading_now || !all_pages_resident(begin, bytes);
 }
@@ -273,9 +274,7 @@ fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zero
     // whose storage arrived without a new nn.Parameter.
     if (loading_now && self.requires_grad() && self.is_leaf() && tag(storage)) return skip_verdict();
   }
-  if (zeroes && zero_lazily(self, storage, loading_now))
-    return FSDPSKIP_SKIP;  // an exact zero_, done by skipped() without committing pages
-  return FSDPSKIP_RUN;
+  return zeroes && lazy_zero_fits(self, storage, loading_now) ? FSDPSKIP_ZERO_LAZILY : FSDPSKIP_RUN;
 }
 
 fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& src) {
@@ -301,28 +300,15 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
   c10::StorageImpl* storage = storage_of(self);
   if (storage == nullptr) return;
   if (kernel == FSDPSKIP_COPY) tag(storage);  // the destination of a skipped conversion
-  bool tagged = false, first = false;
+  bool first = false;
   c10::DeleterFnPtr deleter;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Record* record = find_locked(storage);
+    if (record == nullptr || record->role != Role::kParameter) return;
     deleter = original_deleter(record, storage);
-    if (record != nullptr && record->role == Role::kParameter) {
-      tagged = true;
-      ++stats_.calls[kernel];
-      first = mark_skipped_locked(*record, kernel, self);
-    }
-  }
-  bool anonymous = from_cpu_allocator(storage, deleter);
-  if (!tagged) {  // the exact zero_ of a large placeholder (decide_init checked its range)
-    char* begin;
-    size_t bytes;
-    if (!contiguous_range(self, &begin, &bytes)) return;
-    Zeroed zeroed = loading() ? zero_range(begin, bytes, anonymous) : zero_unresident(begin, bytes);
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++stats_.lazy_zero_calls;
-    stats_.lazy_zero_bytes_released += zeroed.released;
-    return;
+    ++stats_.calls[kernel];
+    first = mark_skipped_locked(*record, kernel, self);
   }
   // A skipped storage reads as zeros, never as stale contents (transformers
   // #45050's NaN). The CPU allocator's private anonymous pages are released;
@@ -332,15 +318,26 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
   size_t bytes = storage->nbytes();
   Zeroed zeroed;
   bool left = false;
-  if (anonymous) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
+  if (from_cpu_allocator(storage, deleter)) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
   else if (storage->device_type() != c10::DeviceType::CPU && zero_with_torch(storage)) zeroed.written = bytes;
   else left = true;
   if (!first) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  stats_.bytes_released += zeroed.released;
-  stats_.bytes_written += zeroed.written;
-  if (left) stats_.bytes_left += bytes;
-  log(FSDPSKIP_LOG_DEBUG, "skipped init of", storage);
+  stats_[Counter::bytes_never_committed] += zeroed.released;
+  stats_[Counter::bytes_zeroed_by_writing] += zeroed.written;
+  if (left) stats_[Counter::bytes_left_unzeroed] += bytes;
+  log(FSDPSKIP_MESSAGE_DEBUG, "skipped init of", storage);
+}
+
+void Tracker::zero_lazily(const at::Tensor& self) {
+  char* begin;
+  size_t bytes;
+  if (!contiguous_range(self, &begin, &bytes)) return;  // decide_init checked it: cannot happen
+  // The CPU allocator's memory (decide_init checked): private anonymous pages.
+  Zeroed zeroed = loading() ? zero_range(begin, bytes, true) : zero_unresident(begin, bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_[Counter::lazy_zero_calls];
+  stats_[Counter::lazy_zero_bytes_never_committed] += zeroed.released;
 }
 
 void Tracker::audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds) {
@@ -349,7 +346,7 @@ void Tracker::audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t n
   if (kernel == FSDPSKIP_COPY) tag(storage);
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.calls[kernel];
-  stats_.audited_ns += nanoseconds;
+  stats_[Counter::audited_kernel_ns] += nanoseconds;
   if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
     mark_skipped_locked(*record, kernel, self);
 }
@@ -426,7 +423,9 @@ c10::DeleterFnPtr Tracker::forget(void* context) {
 Stats Tracker::stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   sweep_ended_locked();
-  return stats_;
+  Stats stats = stats_;
+  stats[Counter::pending_count] = pending_.load();
+  return stats;
 }
 
 std::vector<SkipSite> Tracker::pending() {

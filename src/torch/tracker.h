@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../common/plugin_abi.h"
+#include "../common/report_table.h"
 
 namespace fsdpskip {
 
@@ -47,18 +48,10 @@ struct SkipSite {
   int depth = 0;
 };
 
-struct Stats {
+// What the report and the summary say (report.def's counters), and the calls
+// per kernel.
+struct Stats : Counters {
   uint64_t calls[FSDPSKIP_KERNEL_COUNT] = {};  // skipped (audit: would be)
-  uint64_t audited_ns = 0;       // audit: time spent in kernels that would be skipped
-  uint64_t storages_skipped = 0;
-  uint64_t bytes_skipped = 0;    // bytes of those storages
-  uint64_t bytes_released = 0;   // of which whole pages never committed
-  uint64_t bytes_written = 0;    // of which zeroed by writing (page edges)
-  uint64_t bytes_left = 0;       // of which not the CPU allocator's: left as they were
-  uint64_t lazy_zero_calls = 0;  // zero_ done by releasing pages (exact)
-  uint64_t lazy_zero_bytes_released = 0;
-  uint64_t resolved_by_overwrite = 0;
-  uint64_t resolved_by_free = 0;
   bool loading_ended = false;
 };
 
@@ -66,8 +59,11 @@ class Tracker {
  public:
   static Tracker& instance();  // immortal: deleters run until the very end
 
-  // Once, when the plugin is loaded.
-  void start();
+  // Where debug and trace lines go: the preload's sink (fsdpskip_host.say).
+  using Say = void (*)(fsdpskip_message kind, const char* text);
+
+  // Once, when the plugin is loaded; `say` may be nullptr (silent).
+  void start(Say say);
   // The preload's decision (again whenever it changes). enabled: new tags and
   // skips are allowed; disabled, storages already skipped still resolve.
   // opens_loading: a new loading phase begins, if the last one ended.
@@ -77,7 +73,11 @@ class Tracker {
   fsdpskip_verdict decide_fill(const at::Tensor& self, const c10::Scalar& value);
   fsdpskip_verdict decide_copy(const at::Tensor& dst, const at::Tensor& src);
   fsdpskip_verdict decide_chain(const at::Tensor& self, const at::Tensor& out);
+  // After a SKIP: counts the call, records the storage as pending (once)
+  // and makes it read as zeros.
   void skipped(fsdpskip_kernel kernel, const at::Tensor& self);
+  // After a ZERO_LAZILY: zeroes self exactly, releasing whole pages.
+  void zero_lazily(const at::Tensor& self);
   void audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds);
   void copied(const at::Tensor& dst, const at::Tensor& src);
   void requires_grad_set(c10::TensorImpl* tensor);
@@ -131,13 +131,14 @@ class Tracker {
   bool shutting_down() const;
   fsdpskip_verdict skip_verdict() const { return audit_ ? FSDPSKIP_AUDIT : FSDPSKIP_SKIP; }
   bool from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const;
-  // An exact zero_ done by releasing pages: a large CPU range during loading
-  // (placeholders), or one never written since it was allocated.
-  bool zero_lazily(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const;
+  // True when a zero_ of self is done exactly by releasing pages: a large
+  // range of the CPU allocator's during loading (placeholders), or one not
+  // all in memory (never written since it was allocated) after it.
+  bool lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const;
   // zeroes: the call writes all-zero bytes (zero_, fill_ with +0).
   fsdpskip_verdict decide_init_untraced(const at::Tensor& self, bool zeroes);
-  // One line on stderr at `level` (FSDPSKIP_LOG=debug: tags and skips; trace: every decision).
-  void log(fsdpskip_log_level level, const char* what, const c10::StorageImpl* storage);
+  // One line through say_ (FSDPSKIP_LOG=debug: tags and skips; trace: every decision).
+  void log(fsdpskip_message kind, const char* what, const c10::StorageImpl* storage);
   fsdpskip_verdict traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict);
 
   std::mutex mutex_;
@@ -155,6 +156,7 @@ class Tracker {
   std::atomic<fsdpskip_log_level> log_level_{FSDPSKIP_LOG_SUMMARY};
   c10::DeleterFnPtr cpu_deleter_ = nullptr;
   int (*python_finalizing_)() = nullptr;
+  Say say_ = nullptr;
 };
 
 // Installed as the deleter of every tracked storage.

@@ -78,4 +78,4 @@ def test_nccl_receives_resolve_skipped_parameters():
     assert done.stdout == plain.stdout and done.stdout.count("equal_to_rank0=1") == 6, done.stdout
     summary = fsdpskip_lines(done.stderr)
     assert len(summary) == 1, done.stderr
-    assert "on 6 storages" in summary[0] and summary[0].endswith("resolved 6 (overwrite 6, free 0), pending 0")
+    assert "on 6 storages" in summary[0] and summary[0].endswith("resolved by overwrite 6, by free 0, pending 0")

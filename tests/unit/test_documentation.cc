@@ -1,5 +1,6 @@
 // The README's tables of shared facts are the tables themselves, rendered:
-// options.def as "Environment". A failure prints the table to paste.
+// options.def as "Environment", report.def as the report's schema. A
+// failure prints the table to paste.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "../../src/common/options_table.h"
+#include "../../src/common/report_table.h"
 
 namespace fsdpskip {
 namespace {
@@ -64,6 +66,21 @@ std::string environment_table() {
 TEST(Documentation, ReadmeEnvironmentTableIsOptionsDef) {
   EXPECT_EQ(table_after(readme(), "## Environment"), environment_table()) << "paste into README.md:\n"
                                                                           << environment_table();
+}
+
+std::string report_table() {
+  std::string table = "| key | meaning |\n|---|---|\n";
+  for (const ReportKey& row : kReportKeys) table += std::string("| `") + row.key + "` | " + row.meaning + " |\n";
+  return table;
+}
+
+const std::string kReportHeading =
+    "## The report (`FSDPSKIP_REPORT`), schema version " + std::to_string(kReportSchemaVersion);
+
+TEST(Documentation, ReadmeReportTableIsReportDef) {
+  EXPECT_EQ(table_after(readme(), kReportHeading), report_table()) << "paste into README.md under \""
+                                                                   << kReportHeading << "\":\n"
+                                                                   << report_table();
 }
 
 }  // namespace

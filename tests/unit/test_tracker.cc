@@ -20,7 +20,7 @@ c10::StorageImpl* storage(const at::Tensor& t) { return compat::storage_of(t.uns
 
 Tracker& tracker() {
   static bool configured = [] {
-    Tracker::instance().start();
+    Tracker::instance().start(nullptr);
     Tracker::instance().set_policy(true, false, FSDPSKIP_LOG_QUIET, false);
     return true;
   }();
@@ -97,19 +97,19 @@ TEST(Tracker, SkipReleasesPagesAndReadsAsZeros) {
   EXPECT_EQ(param.abs().sum().item<float>(), 0.0f);
   Stats stats = tracker().stats();
   EXPECT_EQ(stats.calls[FSDPSKIP_NORMAL], 1u);
-  EXPECT_EQ(stats.storages_skipped, 1u);
-  EXPECT_GE(stats.bytes_released, param.nbytes() - 2 * sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(stats[Counter::storages_skipped], 1u);
+  EXPECT_GE(stats[Counter::bytes_never_committed], param.nbytes() - 2 * sysconf(_SC_PAGESIZE));
   EXPECT_TRUE(tracker().is_pending(storage(param)));
 }
 
 TEST(Tracker, LargeZeroPlaceholderIsZeroedWithoutCommittingPages) {
   at::Tensor placeholder = torch::full({4 << 20}, 3.0f);
-  ASSERT_EQ(tracker().decide_init(FSDPSKIP_ZERO, placeholder), FSDPSKIP_SKIP);
-  tracker().skipped(FSDPSKIP_ZERO, placeholder);
+  ASSERT_EQ(tracker().decide_init(FSDPSKIP_ZERO, placeholder), FSDPSKIP_ZERO_LAZILY);
+  tracker().zero_lazily(placeholder);
   EXPECT_LT(resident_pages(placeholder), 4u);
   EXPECT_EQ(placeholder.abs().sum().item<float>(), 0.0f);
   EXPECT_FALSE(tracker().is_pending(storage(placeholder))) << "an exact zero_ is not a skip";
-  EXPECT_EQ(tracker().stats().lazy_zero_calls, 1u);
+  EXPECT_EQ(tracker().stats()[Counter::lazy_zero_calls], 1u);
   // Small ones keep their memset.
   EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, torch::ones({1024})), FSDPSKIP_RUN);
 }
@@ -129,7 +129,7 @@ TEST(Tracker, CopyFromReceivedDataResolvesCopyFromLocalDataDoesNot) {
   tracker().copied(param, flat.slice(0, 0, 256));
   EXPECT_FALSE(tracker().is_pending(storage(param)));
   Stats stats = tracker().stats();
-  EXPECT_EQ(stats.resolved_by_overwrite, 1u);
+  EXPECT_EQ(stats[Counter::resolved_by_overwrite], 1u);
   EXPECT_TRUE(stats.loading_ended);
 }
 
@@ -162,8 +162,8 @@ TEST(Tracker, ZeroOfNeverWrittenMemoryStaysLazyAfterLoadingEnds) {
   // A later model's zeros_like placeholder: 64 MiB fresh from mmap, never written.
   at::Tensor placeholder = torch::empty({16 << 20});
   ASSERT_LE(resident_pages(placeholder), 1u) << "only malloc's header page";
-  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, placeholder), FSDPSKIP_SKIP);
-  tracker().skipped(FSDPSKIP_ZERO, placeholder);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, placeholder), FSDPSKIP_ZERO_LAZILY);
+  tracker().zero_lazily(placeholder);
   EXPECT_LE(resident_pages(placeholder), 2u) << "only the partial edge pages";
   EXPECT_EQ(placeholder.abs().sum().item<float>(), 0.0f);
   EXPECT_FALSE(tracker().is_tagged(storage(placeholder)));
@@ -173,14 +173,14 @@ TEST(Tracker, ZeroOfNeverWrittenMemoryStaysLazyAfterLoadingEnds) {
   mixed.narrow(0, 0, 8 << 20).fill_(2.0f);
   size_t written_pages = resident_pages(mixed);
   ASSERT_GE(written_pages, 8192u);
-  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, mixed), FSDPSKIP_SKIP);
-  tracker().skipped(FSDPSKIP_ZERO, mixed);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, mixed), FSDPSKIP_ZERO_LAZILY);
+  tracker().zero_lazily(mixed);
   EXPECT_LE(resident_pages(mixed), written_pages + 1);  // before reading maps the zero page
   EXPECT_EQ(mixed.abs().sum().item<float>(), 0.0f);
   // fill_ with +0 is a zero_ (zeros_like can take that path); -0.0 and 1 are not.
   at::Tensor filled = torch::empty({16 << 20});
-  EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(0.0)), FSDPSKIP_SKIP);
-  EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(int64_t{0})), FSDPSKIP_SKIP);
+  EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(0.0)), FSDPSKIP_ZERO_LAZILY);
+  EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(int64_t{0})), FSDPSKIP_ZERO_LAZILY);
   EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(-0.0)), FSDPSKIP_RUN);
   EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(1.0)), FSDPSKIP_RUN);
   // A gradient zeroed in a training loop: written, so an ordinary memset.
@@ -236,11 +236,11 @@ TEST(Tracker, ForeignAllocatorsKeepTheirDeleterAndAreWatched) {
   tracker().skipped(FSDPSKIP_NORMAL, param);
   EXPECT_TRUE(tracker().is_pending(storage(param)));
   EXPECT_EQ(memory[0], 5.0f) << "CPU memory of another allocator is left as it is";
-  EXPECT_EQ(tracker().stats().bytes_left, 4096 * sizeof(float));
+  EXPECT_EQ(tracker().stats()[Counter::bytes_left_unzeroed], 4096 * sizeof(float));
   param = at::Tensor();  // the storage ends: its own deleter runs
   EXPECT_EQ(deleted, 1);
   Stats stats = tracker().stats();  // sees the end
-  EXPECT_EQ(stats.resolved_by_free, 1u);
+  EXPECT_EQ(stats[Counter::resolved_by_free], 1u);
   EXPECT_TRUE(tracker().pending().empty());
 }
 
@@ -250,7 +250,7 @@ TEST(Tracker, FreeResolvesAndShutdownFreesStayPending) {
     ASSERT_TRUE(tracker().tag(storage(replaced)));
     tracker().skipped(FSDPSKIP_NORMAL, replaced);
   }
-  EXPECT_EQ(tracker().stats().resolved_by_free, 1u);
+  EXPECT_EQ(tracker().stats()[Counter::resolved_by_free], 1u);
   at::Tensor* kept = new at::Tensor(torch::empty({8, 4}));
   ASSERT_TRUE(tracker().tag(storage(*kept)));
   tracker().skipped(FSDPSKIP_FILL, *kept);
@@ -292,8 +292,8 @@ TEST(Tracker, ConcurrentTagSkipFreeFromManyThreads) {
   for (auto& thread : threads) thread.join();
   Stats stats = tracker().stats();
   EXPECT_EQ(skips.load(), 4000);
-  EXPECT_EQ(stats.storages_skipped, 4000u);
-  EXPECT_EQ(stats.resolved_by_free, 4000u);
+  EXPECT_EQ(stats[Counter::storages_skipped], 4000u);
+  EXPECT_EQ(stats[Counter::resolved_by_free], 4000u);
   EXPECT_TRUE(tracker().pending().empty());
 }
 

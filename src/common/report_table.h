@@ -1,0 +1,67 @@
+// report.def as data: the plugin writes the report from it, the command
+// reads it back by the same keys, the README's table is rendered from it.
+#pragma once
+
+#include <cstdint>
+
+namespace fsdpskip {
+
+inline constexpr const char kReportSchema[] = "fsdpskip-report";
+inline constexpr int kReportSchemaVersion = 1;
+
+enum class Counter {
+#define FIELD(key, meaning)
+#define COUNTER(key, unit, summary, shown, meaning) key,
+#include "report.def"
+#undef COUNTER
+#undef FIELD
+};
+
+enum class CounterUnit { kCount, kBytes, kNanoseconds };
+enum class CounterShown { kAlways, kNonZero };
+
+struct ReportKey {
+  const char* key;
+  bool counter;  // false: a FIELD row
+  CounterUnit unit;
+  const char* summary;
+  CounterShown shown;
+  const char* meaning;
+};
+
+// Every row of report.def, in order (fields and counters).
+inline constexpr ReportKey kReportKeys[] = {
+#define FIELD(key, meaning) {#key, false, CounterUnit::kCount, "", CounterShown::kAlways, meaning},
+#define COUNTER(key, unit, summary, shown, meaning) \
+  {#key, true, CounterUnit::unit, summary, CounterShown::shown, meaning},
+#include "report.def"
+#undef COUNTER
+#undef FIELD
+};
+
+// The counter rows alone, indexed by Counter.
+struct CounterRows {
+  const ReportKey* rows[sizeof kReportKeys / sizeof *kReportKeys];
+  int count;
+};
+
+inline constexpr CounterRows kCounterRows = [] {
+  CounterRows result{};
+  for (const ReportKey& row : kReportKeys)
+    if (row.counter) result.rows[result.count++] = &row;
+  return result;
+}();
+
+inline constexpr int kCounterCount = kCounterRows.count;
+
+inline const ReportKey& counter_row(Counter counter) { return *kCounterRows.rows[static_cast<int>(counter)]; }
+inline const char* key(Counter counter) { return counter_row(counter).key; }
+
+// The counters of one process, indexed by Counter.
+struct Counters {
+  uint64_t values[kCounterCount] = {};
+  uint64_t& operator[](Counter counter) { return values[static_cast<int>(counter)]; }
+  uint64_t operator[](Counter counter) const { return values[static_cast<int>(counter)]; }
+};
+
+}  // namespace fsdpskip
