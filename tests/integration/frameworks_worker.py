@@ -17,27 +17,20 @@ accelerate), writing rank<N>.json:
 environment, assigned through os.environ at the top of the script, or
 written by transformers' TrainingArguments from its fsdp_config."""
 import argparse
-import hashlib
 import json
 import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "workloads"))
+from measure import digest, rss_kib  # noqa: E402
+
 
 ACCELERATE_FSDP = ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING")
-
-
-def rss_kib(field):
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
-
-
-def digest(t):
-    t = t.full_tensor() if hasattr(t, "full_tensor") else t
-    return hashlib.sha1(t.detach().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
 def llama_config():

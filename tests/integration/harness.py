@@ -18,6 +18,7 @@ LOAD_MODEL = os.path.join(SOURCE_DIR, "tools", "workloads", "load_model.py")
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "workloads"))
 import launch  # noqa: E402
 import policy_variables  # noqa: E402
+from measure import summary_lines  # noqa: E402,F401
 from launch import PYTHON  # noqa: E402,F401
 
 def environment(preload, **variables):

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from harness import LOAD_MODEL, fsdpskip_lines, rank_lines, said_by_fsdpskip, torchrun
+from harness import LOAD_MODEL, rank_lines, said_by_fsdpskip, summary_lines, torchrun
 
 
 # Up to torch 2.13, trunc_normal_ is uniform_ then in-place erfinv_, mul_,
@@ -26,7 +26,7 @@ def job(tmp_path, *args, preload=True, **variables):
 
 
 def summary(done, rank=1):
-    lines = [line for line in rank_lines(done, rank) if line.startswith("fsdpskip: local rank")]
+    lines = summary_lines("\n".join(rank_lines(done, rank)), rank)
     assert len(lines) == 1, done.stderr[-3000:]
     return lines[0]
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from harness import COMMAND, HERE, PYTHON, SCENARIOS, rank_lines, run, said_by_fsdpskip, torchrun
+from harness import COMMAND, HERE, PYTHON, SCENARIOS, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -63,7 +63,7 @@ def rank1_summary(done, zeroed_placeholders):
     no error; where transformers made placeholders, they were zeroed lazily."""
     said = said_by_fsdpskip(rank_lines(done, 1))
     assert not any("error" in line for line in said), said
-    summary = [line for line in said if line.startswith("fsdpskip: local rank 1")]
+    summary = summary_lines("\n".join(said), 1)
     assert len(summary) <= 1 and all(line.endswith("pending 0") for line in summary), said
     if zeroed_placeholders:
         assert summary and "zeroed lazily" in summary[0], said
@@ -140,7 +140,7 @@ def test_fsdpskip_run_inside_accelerate_launch():
                 COMMAND, "run", "--", PYTHON, SCENARIOS, "hf_init_weights"],
                preload=False, HOME=os.environ.get("TMPDIR", "/tmp"), FSDPSKIP_LOCAL_RANK="1", **ACCELERATE_FSDP)
     assert done.returncode == 0, done.stderr[-2000:]
-    summary = [l for l in done.stderr.splitlines() if l.startswith("fsdpskip: local rank 1")]
+    summary = summary_lines(done.stderr, 1)
     assert len(summary) == 1 and "skipped" in summary[0] and "(none)" not in summary[0], done.stderr[-2000:]
     assert skipping.stdout in done.stdout, "the program saw rank 1's skipped placeholders"
 
@@ -169,8 +169,7 @@ def test_fsdpskip_run_inside_a_two_process_accelerate_launch(tmp_path):
     assert len(outputs) == 2 and plain in outputs, "rank 0 initialised as without fsdpskip"
     skipped = next(out for out in outputs if out != plain)
     assert all(facts["zero"] for facts in skipped.values()), skipped
-    summaries = [line for line in done.stderr.splitlines() if line.startswith("fsdpskip: local rank")]
-    assert len(summaries) == 1 and summaries[0].startswith("fsdpskip: local rank 1 pid"), done.stderr[-3000:]
+    assert len(summary_lines(done.stderr)) == len(summary_lines(done.stderr, 1)) == 1, done.stderr[-3000:]
     assert not os.path.exists(report.replace("%l", "0")) and os.path.exists(report.replace("%l", "1"))
 
 

@@ -1,12 +1,9 @@
 """Real python3-torch programs under the preload, one process each."""
 import json
-import os
 
 import pytest
 
-from harness import HERE, PYTHON, fsdpskip_lines, run
-
-SCENARIOS = os.path.join(HERE, "scenarios.py")
+from harness import PYTHON, SCENARIOS, fsdpskip_lines, run, summary_lines
 
 
 def scenario(name, preload, **variables):
@@ -31,8 +28,8 @@ def test_parameter_inits_are_skipped_on_rank1_and_untouched_on_rank0(name):
     for param, facts in rank1.items():
         assert facts["zero"], "%s: skipped memory must read as zeros" % param
         assert facts["digest"] != plain[param]["digest"] or plain[param]["zero"], param
-    summary = [line for line in fsdpskip_lines(done1.stderr) if "skipped" in line and "local rank 1" in line]
-    assert len(summary) == 1, done1.stderr
+    summary = summary_lines(done1.stderr, 1)
+    assert len(summary) == 1 and "skipped" in summary[0], done1.stderr
 
 
 def test_every_nn_init_function_is_skipped():
@@ -65,8 +62,7 @@ def test_thread_pool_initialisation_is_skipped_consistently():
 def test_forked_child_inherits_tags_and_reports_nothing():
     _, _, rank1, done1 = three_ways("fork")
     assert rank1 == {"param_zero": True, "fresh_nonzero": True, "child_status": 0}
-    summaries = [line for line in fsdpskip_lines(done1.stderr) if "local rank 1 pid" in line]
-    assert len(summaries) == 1, "only the parent reports: " + done1.stderr
+    assert len(summary_lines(done1.stderr)) == 1, "only the parent reports: " + done1.stderr
 
 
 def test_freed_parameter_address_is_never_skipped_again():

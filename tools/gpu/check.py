@@ -20,7 +20,6 @@ fail, without it:
 Prints a table and writes gpu-check.json. Without a GPU it says "no GPU" and
 exits 1."""
 import argparse
-import hashlib
 import json
 import os
 import socket
@@ -28,16 +27,12 @@ import subprocess
 import sys
 
 HERE = os.path.abspath(__file__)
-POLICY = ("FSDPSKIP", "FSDPSKIP_LOCAL_RANK", "FSDPSKIP_LOG", "FSDPSKIP_REPORT", "FSDPSKIP_PLUGIN", "LOCAL_RANK",
-          "RANK", "ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING", "LD_PRELOAD")
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "workloads"))
+from measure import digest  # noqa: E402
+from policy_variables import without_policy  # noqa: E402
 
 
 # ---- the steps, each run in a child process ------------------------------
-
-def digest(tensor):
-    return hashlib.sha1(tensor.detach().contiguous().cpu().view(-1).view(__import__("torch").uint8).numpy()
-                        .tobytes()).hexdigest()
-
 
 def build_model(seed=0):
     import torch
@@ -185,7 +180,7 @@ class Runner:
         self.preload, self.work = preload, work
 
     def start(self, child, preload, name, **variables):
-        env = {k: v for k, v in os.environ.items() if k not in POLICY}
+        env = without_policy(os.environ)
         env.update(OMP_NUM_THREADS="1", MASTER_PORT=str(variables.pop("port", free_port())))
         if preload:
             env.update(LD_PRELOAD=self.preload, FSDPSKIP="on", LOCAL_RANK="1",

@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 import launch
+import measure
 import policy_variables
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,8 +28,7 @@ def run_job(build, size, style, variant, sync):
         if done.returncode != 0:
             sys.exit("job failed (%s %s %s):\n%s" % (size, style, variant, done.stderr[-3000:]))
         ranks = [json.load(open(os.path.join(out, "rank%d.json" % r))) for r in (0, 1)]
-        summary = [line.split("]:", 1)[1] for line in (done.stdout + done.stderr).splitlines()
-                   if line.startswith("[default1]:fsdpskip: local rank")]
+        summary = measure.summary_lines(done.stdout + done.stderr, 1, prefix="[default1]:")
         for result in ranks:
             if sync != "none" and not (result["equal_to_rank0"] and result["all_finite"]):
                 sys.exit("rank %d does not hold rank 0's values after the sync" % result["rank"])

@@ -7,7 +7,6 @@ Run it under torchrun (gloo, CPU). Used by the demo, the tests and the
 benchmarks, so they all measure the same thing.
 """
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -17,6 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from measure import digest, rss_kib
+
 SIZES = {  # name: (hidden, intermediate, layers, vocab)
     "tiny": (64, 172, 2, 512),
     "0.1b": (768, 2048, 8, 32000),
@@ -25,14 +26,6 @@ SIZES = {  # name: (hidden, intermediate, layers, vocab)
 }
 STYLES = ("hf4", "torch", "trunc", "hf5", "meta")
 HELD = []  # --hold: models that live until interpreter shutdown
-
-
-def rss_kib(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
 
 
 def reset_peak_rss():
@@ -125,10 +118,6 @@ def build_on_meta(size):
         return Model(size, "hf4")
     finally:
         torch.empty = cpu_empty
-
-
-def digest(tensor):
-    return hashlib.sha1(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
 def model_bytes(model):

@@ -1,0 +1,29 @@
+"""What the jobs, the benchmarks and the tests observe of a process, written
+once: parameter digests, resident memory, and fsdpskip's summary lines."""
+import hashlib
+
+
+def digest(tensor):
+    """SHA-1 of a tensor's bytes (a DTensor's whole value, a device tensor's
+    copy on the host): equal digests, bitwise equal values."""
+    import torch
+    tensor = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+    data = tensor.detach().contiguous().cpu().view(-1).view(torch.uint8)
+    return hashlib.sha1(data.numpy().tobytes()).hexdigest()
+
+
+def rss_kib(field="VmRSS"):
+    """A field of /proc/self/status in KiB: VmRSS now, VmHWM the peak."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def summary_lines(text, local_rank=None, prefix=""):
+    """fsdpskip's summary lines at exit in `text` (of one local rank when
+    given), each line first stripped of `prefix` (torchrun's "[default1]:")."""
+    start = "fsdpskip: local rank %s" % ("" if local_rank is None else "%d pid" % local_rank)
+    return [line[len(prefix):] for line in text.splitlines()
+            if line.startswith(prefix) and line[len(prefix):].startswith(start)]
