@@ -22,7 +22,7 @@
 #include "../common/plugin_abi.h"
 #include "../common/report_table.h"
 #include "../common/torch_identity.h"
-#include "commands.h"
+#include "doctor.h"
 #include "elf_file.h"
 #include "layout.h"
 #include "options.h"

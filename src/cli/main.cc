@@ -2,7 +2,9 @@
 // gather a job's reports. `fsdpskip SUBCOMMAND --help` for each.
 #include <CLI/CLI.hpp>
 
-#include "commands.h"
+#include "doctor.h"
+#include "report.h"
+#include "run.h"
 
 using namespace fsdpskip::cli;
 

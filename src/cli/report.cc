@@ -12,7 +12,7 @@
 
 #include "../common/bytes_text.h"
 #include "../common/report_table.h"
-#include "commands.h"
+#include "report.h"
 #include "text_table.h"
 
 namespace fsdpskip::cli {

@@ -8,7 +8,7 @@
 
 #include <cstdio>
 
-#include "commands.h"
+#include "run.h"
 #include "layout.h"
 
 namespace fsdpskip::cli {

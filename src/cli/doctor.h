@@ -1,0 +1,16 @@
+// `fsdpskip doctor`: can fsdpskip work with a torch installation, and what
+// would it decide in this environment.
+#pragma once
+
+#include <string>
+
+namespace fsdpskip::cli {
+
+struct DoctorOptions {
+  std::string python;    // a Python whose torch to check ("" when libtorch is given)
+  std::string libtorch;  // a LibTorch directory
+  bool json = false;
+};
+int doctor(const DoctorOptions& options);
+
+}  // namespace fsdpskip::cli
