@@ -264,6 +264,10 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
         checks->push_back({name, Status::kNotApplicable, "this release has the other mangling (" + other->second + ")"});
       else if (row.kernel == FSDPSKIP_CHAIN)
         checks->push_back({name, Status::kNotApplicable, "not in this release (trunc_normal_ does not use it)"});
+      else if (row.kernel >= FSDPSKIP_LT)
+        checks->push_back({name, Status::kNotApplicable,
+                           "not in this release: comparisons of skipped storages run as ever (they are only faster "
+                           "with it)"});
       else
         checks->push_back({name, Status::kFail, std::string("not exported by ") + library_prefix(row.library) +
                                                     ": this torch is not supported (hooks.def has no row for it)"});

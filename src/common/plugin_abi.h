@@ -23,7 +23,7 @@ extern "C" {
 // Bump on any change below; both sides check it. `abi` and `say` are the
 // first two members of fsdpskip_host in every version, so a plugin can say
 // that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 4
+#define FSDPSKIP_PLUGIN_ABI 5
 
 // The plugin records the libtorch it was built against in an ELF section of
 // this name (torch_identity.h), so the preload can compare it with the loaded
@@ -40,6 +40,14 @@ typedef enum fsdpskip_kernel {
   FSDPSKIP_FILL,
   FSDPSKIP_COPY,
   FSDPSKIP_CHAIN,  // later steps of an init chain (erfinv_, mul_, add_, clamp_)
+  // Comparisons with a scalar, `|` and any() whose inputs are known to hold
+  // zeros (trunc_normal_'s rejection test from torch 2.12 on).
+  FSDPSKIP_LT,
+  FSDPSKIP_LE,
+  FSDPSKIP_GT,
+  FSDPSKIP_GE,
+  FSDPSKIP_OR,
+  FSDPSKIP_ANY,
   FSDPSKIP_KERNEL_COUNT
 } fsdpskip_kernel;
 
@@ -72,6 +80,7 @@ typedef enum fsdpskip_verdict {
   FSDPSKIP_AUDIT,        // it would be skipped: run it, time it, then audited()
   FSDPSKIP_RUN_NOTIFY,   // copy_: run it, then copied() (it may resolve the destination)
   FSDPSKIP_ZERO_LAZILY,  // zero_, fill_(+0): run it on a stand-in, then zero_lazily() does it exactly
+  FSDPSKIP_ZEROS,        // its result is all zeros: do not run it; zeros_produced() writes them
 } fsdpskip_verdict;
 
 // The preload's current decision. The preload owns it and rewrites it under
@@ -109,6 +118,16 @@ typedef struct fsdpskip_plugin {
   // A structured kernel's impl writing `out` from `self` (at::Tensor*): the
   // later steps of an init chain on a skipped storage are SKIP.
   fsdpskip_verdict (*decide_chain)(const void* self, const void* out);
+  // A structured kernel's impl computing `out` from inputs known to hold
+  // zeros (a skipped storage, or what this verdict produced before):
+  // kernel FSDPSKIP_LT/LE/GT/GE with `other` a c10::Scalar*, FSDPSKIP_OR
+  // with `other` an at::Tensor*, FSDPSKIP_ANY with `other` NULL. ZEROS when
+  // the result is all zeros (false), found by running the kernel on one
+  // element; else RUN. Never in audit mode.
+  fsdpskip_verdict (*decide_on_zeros)(fsdpskip_kernel kernel, const void* self, const void* other, const void* out);
+  // After a ZEROS verdict, instead of the kernel: zero `out` exactly
+  // (releasing whole pages) and remember it holds zeros.
+  void (*zeros_produced)(fsdpskip_kernel kernel, const void* out);
   // A zero-element tensor with self's dtype and device (an at::Tensor*
   // owned by the plugin, one per slot 0 or 1 and thread, valid until the
   // next call with that slot): a SKIP or ZERO_LAZILY verdict runs the

@@ -186,6 +186,30 @@ struct Chain {
   }
 };
 
+// Comparisons with a scalar, `|` and any() (structured impl(this, self,
+// [other,] out)): when their inputs hold zeros the plugin answers without
+// running them.
+template <HookId id, fsdpskip_kernel kernel>
+struct OnZeros {
+  template <typename... OtherThenOut>
+  static void forward(void* op, const void* self, OtherThenOut... other_then_out) {
+    auto fn = original_as<void (*)(void*, const void*, OtherThenOut...)>(id);
+    const fsdpskip_plugin* plugin = active_plugin();
+    if (plugin == nullptr) return fn(op, self, other_then_out...);
+    const void* arguments[] = {other_then_out...};
+    const void* out = arguments[sizeof...(OtherThenOut) - 1];
+    const void* other = sizeof...(OtherThenOut) == 2 ? arguments[0] : nullptr;
+    if (plugin->decide_on_zeros(kernel, self, other, out) == FSDPSKIP_ZEROS) return plugin->zeros_produced(kernel, out);
+    fn(op, self, other_then_out...);
+  }
+};
+template <HookId id, fsdpskip_kernel kernel>
+using CompareScalar = OnZeros<id, kernel>;
+template <HookId id, fsdpskip_kernel kernel>
+using Combine = OnZeros<id, kernel>;
+template <HookId id, fsdpskip_kernel kernel>
+using Reduce = OnZeros<id, kernel>;
+
 // NCCL's C API returns ncclResult_t; ncclSystemError answers a call whose
 // original is not loaded (a program that found the preload's definition with
 // dlsym before it loaded NCCL).
@@ -252,6 +276,10 @@ using Chain3 = Chain<id, kernel>;
 #define SIGNATURE_Chain2 void, (void* op, const void* self, const void* x, const void* out), (op, self, x, out)
 #define SIGNATURE_Chain3 void, (void* op, const void* self, const void* x, const void* y, const void* out), \
                          (op, self, x, y, out)
+#define SIGNATURE_CompareScalar void, (void* op, const void* self, const void* other, const void* out), \
+                                (op, self, other, out)
+#define SIGNATURE_Combine SIGNATURE_CompareScalar
+#define SIGNATURE_Reduce SIGNATURE_Chain1
 #define SIGNATURE_NcclBcast int, (void* buff, size_t count, int datatype, int root, void* comm, void* stream), \
                             (buff, count, datatype, root, comm, stream)
 #define SIGNATURE_NcclRecv SIGNATURE_NcclBcast

@@ -62,6 +62,10 @@ const fsdpskip_plugin kPlugin = {
     },
     [](void* dst, const void* src) { return Tracker::instance().decide_copy(tensor(dst), tensor(src)); },
     [](const void* self, const void* out) { return Tracker::instance().decide_chain(tensor(self), tensor(out)); },
+    [](fsdpskip_kernel kernel, const void* self, const void* other, const void* out) {
+      return Tracker::instance().decide_on_zeros(kernel, tensor(self), other, tensor(out));
+    },
+    [](fsdpskip_kernel kernel, const void* out) { Tracker::instance().zeros_produced(kernel, tensor(out)); },
     [](const void* self, int slot) -> void* {
       thread_local at::Tensor stand_ins[2];
       stand_ins[slot] = at::empty({0}, tensor(self).options());

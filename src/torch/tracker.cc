@@ -2,6 +2,11 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ge.h>
+#include <ATen/ops/gt.h>
+#include <ATen/ops/le.h>
+#include <ATen/ops/lt.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -60,8 +65,9 @@ bool contiguous_range(const at::Tensor& tensor, char** begin, size_t* bytes) {
 }  // namespace
 
 const char* kernel_name(fsdpskip_kernel kernel) {
-  static const char* const kNames[FSDPSKIP_KERNEL_COUNT] = {"normal_", "uniform_", "zero_",
-                                                             "fill_",   "copy_",    "chain"};
+  static const char* const kNames[FSDPSKIP_KERNEL_COUNT] = {"normal_", "uniform_", "zero_", "fill_",
+                                                             "copy_",   "chain",    "lt",    "le",
+                                                             "gt",      "ge",       "bitwise_or", "any"};
   return kernel >= 0 && kernel < FSDPSKIP_KERNEL_COUNT ? kNames[kernel] : "?";
 }
 
@@ -145,6 +151,7 @@ void Tracker::forget_locked(std::unordered_map<void*, Record>::iterator found) {
     if (shutting_down()) freed_at_shutdown_.push_back(*record.site);
     else resolve_locked(record, true);
   }
+  set_zeros_locked(record, false);
   records_.erase(found);
   tracked_.fetch_sub(1);
 }
@@ -172,7 +179,7 @@ Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
   bool swap = from_cpu_allocator(storage, deleter);
   if (swap && !data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) return nullptr;
   Record& record = records_[context];
-  record = Record{storage, swap ? deleter : nullptr, std::nullopt, role, false, nullptr};
+  record = Record{storage, swap ? deleter : nullptr, std::nullopt, role, false, false, nullptr};
   if (!swap) record.watched.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
   tracked_.fetch_add(1);
   return &record;
@@ -207,6 +214,7 @@ void Tracker::resolve_locked(Record& record, bool by_free) {
   }
   record.role = Role::kReceived;
   record.skipped = false;
+  set_zeros_locked(record, false);
 }
 
 bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self) {
@@ -229,7 +237,7 @@ bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const 
 fsdpskip_verdict Tracker::traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict) {
   if (log_level_ < FSDPSKIP_LOG_TRACE) return verdict;
   if (c10::StorageImpl* storage = storage_of(tensor)) {
-    static const char* const kVerdicts[] = {"run", "skip", "audit", "run", "zero lazily"};
+    static const char* const kVerdicts[] = {"run", "skip", "audit", "run", "zero lazily", "zeros"};
     std::string what = std::string(kernel_name(kernel)) + " -> " + kVerdicts[verdict] + ":";
     log(FSDPSKIP_MESSAGE_TRACE, what.c_str(), storage);
   }
@@ -237,7 +245,7 @@ fsdpskip_verdict Tracker::traced(fsdpskip_kernel kernel, const at::Tensor& tenso
 }
 
 fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& self) {
-  return traced(kernel, self, decide_init_untraced(self, kernel == FSDPSKIP_ZERO));
+  return writes(self, traced(kernel, self, decide_init_untraced(self, kernel == FSDPSKIP_ZERO)));
 }
 
 fsdpskip_verdict Tracker::decide_fill(const at::Tensor& self, const c10::Scalar& value) {
@@ -245,7 +253,7 @@ fsdpskip_verdict Tracker::decide_fill(const at::Tensor& self, const c10::Scalar&
                 : value.isIntegral(false) ? value.toLong() == 0
                 : value.isFloatingPoint() ? value.toDouble() == 0.0 && !std::signbit(value.toDouble())
                                           : false;  // complex and symbolic: an ordinary fill
-  return traced(FSDPSKIP_FILL, self, decide_init_untraced(self, zeroes));
+  return writes(self, traced(FSDPSKIP_FILL, self, decide_init_untraced(self, zeroes)));
 }
 
 bool Tracker::lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const {
@@ -278,6 +286,10 @@ fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zero
 }
 
 fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& src) {
+  return writes(dst, decide_copy_untraced(dst, src));
+}
+
+fsdpskip_verdict Tracker::decide_copy_untraced(const at::Tensor& dst, const at::Tensor& src) {
   bool loading_now = loading();
   size_t pending = pending_.load();
   if (!loading_now && pending == 0) return FSDPSKIP_RUN;  // training: nothing left to resolve
@@ -290,10 +302,88 @@ fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& s
 }
 
 fsdpskip_verdict Tracker::decide_chain(const at::Tensor& self, const at::Tensor& out) {
-  if (pending_.load() == 0 || !enabled()) return FSDPSKIP_RUN;
   c10::StorageImpl* storage = storage_of(out);
-  if (storage == nullptr || storage != storage_of(self)) return FSDPSKIP_RUN;
-  return traced(FSDPSKIP_CHAIN, out, is_pending(storage) ? skip_verdict() : FSDPSKIP_RUN);
+  if (pending_.load() == 0 || !enabled() || storage == nullptr || storage != storage_of(self))
+    return writes(out, FSDPSKIP_RUN);
+  return writes(out, traced(FSDPSKIP_CHAIN, out, is_pending(storage) ? skip_verdict() : FSDPSKIP_RUN));
+}
+
+fsdpskip_verdict Tracker::writes(const at::Tensor& written, fsdpskip_verdict verdict) {
+  if (zeros_known_.load() == 0 || verdict == FSDPSKIP_SKIP || verdict == FSDPSKIP_ZERO_LAZILY ||
+      verdict == FSDPSKIP_ZEROS)
+    return verdict;
+  if (c10::StorageImpl* storage = storage_of(written)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (Record* record = find_locked(storage)) set_zeros_locked(*record, false);
+  }
+  return verdict;
+}
+
+void Tracker::set_zeros_locked(Record& record, bool zeros) {
+  if (record.zeros != zeros) zeros_known_.fetch_add(zeros ? 1 : -1);
+  record.zeros = zeros;
+}
+
+bool Tracker::holds_zeros(const at::Tensor& tensor) {
+  c10::StorageImpl* storage = storage_of(tensor);
+  if (storage == nullptr || !tensor.device().is_cpu()) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record* record = find_locked(storage);
+  return record != nullptr && record->zeros;
+}
+
+fsdpskip_verdict Tracker::decide_on_zeros(fsdpskip_kernel kernel, const at::Tensor& self, const void* other,
+                                          const at::Tensor& out) {
+  if (zeros_known_.load() == 0 || audit_.load() || !enabled() || !out.device().is_cpu() || !holds_zeros(self))
+    return writes(out, FSDPSKIP_RUN);
+  bool zeros = false;
+  if (kernel == FSDPSKIP_OR) {
+    zeros = holds_zeros(*static_cast<const at::Tensor*>(other));
+  } else if (kernel == FSDPSKIP_ANY) {
+    zeros = true;
+  } else {
+    // `0 op scalar` computed by torch itself on one element of self's dtype:
+    // its promotion rules, NaN and all.
+    const c10::Scalar& scalar = *static_cast<const c10::Scalar*>(other);
+    at::Tensor sample = at::zeros({1}, self.options());
+    at::Tensor answer = kernel == FSDPSKIP_LT   ? at::lt(sample, scalar)
+                        : kernel == FSDPSKIP_LE ? at::le(sample, scalar)
+                        : kernel == FSDPSKIP_GT ? at::gt(sample, scalar)
+                                                : at::ge(sample, scalar);
+    zeros = !answer.item<bool>();
+  }
+  return writes(out, traced(kernel, out, zeros ? FSDPSKIP_ZEROS : FSDPSKIP_RUN));
+}
+
+void Tracker::zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out) {
+  c10::StorageImpl* storage = storage_of(out);
+  if (storage == nullptr) return;
+  c10::DeleterFnPtr deleter;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    deleter = original_deleter(find_locked(storage), storage);
+  }
+  char* begin;
+  size_t bytes = 0;
+  bool anonymous = from_cpu_allocator(storage, deleter);
+  bool range = contiguous_range(out, &begin, &bytes);
+  Zeroed zeroed;
+  if (range && anonymous && bytes >= kLazyZeroMinBytes) {
+    zeroed = zero_range(begin, bytes, true);
+  } else {
+    t_zeroing = true;  // an ordinary zero_, never itself skipped
+    out.zero_();
+    t_zeroing = false;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.calls[kernel];
+  stats_[Counter::answered_bytes_never_committed] += zeroed.released;
+  // The whole storage holds zeros now: a later comparison, `|` or any() of
+  // it is answered in turn.
+  if (!range || !anonymous || out.storage_offset() != 0 || bytes != storage->nbytes()) return;
+  Record* record = find_locked(storage);
+  if (record == nullptr) record = track_locked(storage, Role::kDerived);
+  if (record != nullptr && record->role != Role::kParameter) set_zeros_locked(*record, true);
 }
 
 void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
@@ -321,8 +411,10 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
   if (from_cpu_allocator(storage, deleter)) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
   else if (storage->device_type() != c10::DeviceType::CPU && zero_with_torch(storage)) zeroed.written = bytes;
   else left = true;
-  if (!first) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
+    set_zeros_locked(*record, !left);
+  if (!first) return;
   stats_[Counter::bytes_never_committed] += zeroed.released;
   stats_[Counter::bytes_zeroed_by_writing] += zeroed.written;
   if (left) stats_[Counter::bytes_left_unzeroed] += bytes;

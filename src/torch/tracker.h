@@ -34,6 +34,7 @@ namespace fsdpskip {
 enum class Role : uint8_t {
   kParameter,  // a parameter's placeholder on this rank: its inits are skipped
   kReceived,   // written by a broadcast from rank 0: copies from it resolve
+  kDerived,    // the zeros decide_on_zeros' answer produced (a comparison's mask)
 };
 
 constexpr int kStackDepth = 24;
@@ -80,6 +81,15 @@ class Tracker {
   void zero_lazily(const at::Tensor& self);
   void audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds);
   void copied(const at::Tensor& dst, const at::Tensor& src);
+  // A comparison with a scalar (other: c10::Scalar*), `|` (other: at::Tensor*)
+  // or any() (other: nullptr) into `out`: ZEROS when its inputs hold zeros and
+  // so does its result.
+  fsdpskip_verdict decide_on_zeros(fsdpskip_kernel kernel, const at::Tensor& self, const void* other,
+                                   const at::Tensor& out);
+  // After ZEROS: `out` is zeroed exactly (pages released) and remembered.
+  void zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out);
+  // True when tensor's whole storage is known to hold zeros (CPU only).
+  bool holds_zeros(const at::Tensor& tensor);
   void requires_grad_set(c10::TensorImpl* tensor);
   void data_set(const at::TensorBase& self);
   void broadcast_started(const std::vector<at::Tensor>& tensors);
@@ -112,6 +122,9 @@ class Tracker {
     std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> watched;  // not swapped
     Role role;
     bool skipped = false;  // pending while role == kParameter
+    // Holds zeros: skipped and zeroed, or produced by zeros_produced(), and
+    // not written since through any kernel fsdpskip sees.
+    bool zeros = false;
     std::unique_ptr<SkipSite> site;
   };
 
@@ -137,6 +150,11 @@ class Tracker {
   bool lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const;
   // zeroes: the call writes all-zero bytes (zero_, fill_ with +0).
   fsdpskip_verdict decide_init_untraced(const at::Tensor& self, bool zeroes);
+  fsdpskip_verdict decide_copy_untraced(const at::Tensor& dst, const at::Tensor& src);
+  // A call with this verdict writes `written`: its storage no longer holds
+  // known zeros (unless the verdict skips or zeroes it). Returns verdict.
+  fsdpskip_verdict writes(const at::Tensor& written, fsdpskip_verdict verdict);
+  void set_zeros_locked(Record& record, bool zeros);
   // One line through say_ (FSDPSKIP_LOG=debug: tags and skips; trace: every decision).
   void log(fsdpskip_message kind, const char* what, const c10::StorageImpl* storage);
   fsdpskip_verdict traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict);
@@ -147,6 +165,7 @@ class Tracker {
   Stats stats_;
   std::atomic<size_t> tracked_{0};
   std::atomic<size_t> pending_{0};
+  std::atomic<size_t> zeros_known_{0};  // records whose zeros is set
   std::atomic<bool> loading_{true};
   std::atomic<bool> tagged_any_{false};
   std::atomic<bool> shutting_down_{false};

@@ -27,6 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "workloads"))
+import launch  # noqa: E402
 from measure import digest, rss_kib  # noqa: E402
 
 
@@ -244,10 +245,7 @@ def main():
     result["rank"] = dist.get_rank()
     with open(os.path.join(args.out, "rank%d.json" % dist.get_rank()), "w") as out:
         json.dump(result, out)
-    # Every rank has written its results. No destroy_process_group(): on
-    # torch 2.6 it can hang on rank 0 once the peer has gone (seen without
-    # fsdpskip); the process group ends with the process.
-    dist.barrier()
+    launch.end_rank()
 
 
 if __name__ == "__main__":

@@ -102,6 +102,26 @@ def not_parameters():
             "activation_finite": bool(torch.isfinite(activation).all())}
 
 
+def rejection_sampling():
+    """torch >= 2.12's trunc_normal_ test written out (so torch 1.13 runs it
+    too): comparisons, `|` and any() of a skipped parameter are answered from
+    its zeros; the same on ordinary tensors, with a bound that 0 breaks, and
+    on a mask written after it was made, run as ever."""
+    torch.manual_seed(0)
+    p = nn.Parameter(torch.empty(512, 512))
+    noise = torch.randn(512, 512)
+    with torch.no_grad():
+        p.normal_(0, 0.02)
+        mask = (p < -2.0) | (p > 2.0)
+        written = (p <= -1.0) | (p >= 1.0)
+        written[3, 3] = True
+        noise_mask = (noise < -2.0) | (noise > 2.0)
+        return {"inside_any": bool(mask.any()), "mask": digest(mask), "outside_all": bool((p < 0.5).all()),
+                "nan_any": bool((p > float("nan")).any()), "written_any": bool(written.any()),
+                "written": digest(written), "noise_mask": digest(noise_mask), "noise_any": bool(noise_mask.any()),
+                "param_zero": bool((p == 0).all())}
+
+
 def errors():
     """torch's own argument checks, skipped or not, reach Python unchanged."""
     p = nn.Parameter(torch.empty(8))

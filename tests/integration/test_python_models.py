@@ -46,6 +46,17 @@ def test_noise_buffers_and_activations_are_bitwise_unchanged():
     assert rank1 == plain
 
 
+def test_comparisons_of_a_skipped_parameter_are_answered_and_others_run():
+    """trunc_normal_'s rejection test on rank 1: answered from the skipped
+    storage's zeros (so its masks never commit pages); every result equals
+    the unpatched one but the parameter's own values."""
+    plain, rank0, rank1, done1 = three_ways("rejection_sampling")
+    assert rank0 == plain
+    assert not plain["param_zero"] and rank1 == dict(plain, param_zero=True), (plain, rank1)
+    summary = summary_lines(done1.stderr, 1)
+    assert len(summary) == 1 and all(kernel + " " in summary[0] for kernel in ("lt", "gt", "bitwise_or", "any")), summary
+
+
 def test_torch_errors_pass_through_unchanged_skipped_or_not():
     plain, rank0, rank1, _ = three_ways("errors")
     assert rank0 == plain

@@ -114,6 +114,34 @@ TEST(Tracker, LargeZeroPlaceholderIsZeroedWithoutCommittingPages) {
   EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, torch::ones({1024})), FSDPSKIP_RUN);
 }
 
+TEST(Tracker, ComparisonsOfZerosAreAnsweredWithoutCommittingTheirOutput) {
+  at::Tensor param = torch::empty({4 << 20});
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  tracker().skipped(FSDPSKIP_NORMAL, param);
+  ASSERT_TRUE(tracker().holds_zeros(param));
+  // (t < -2) with t all zeros: false everywhere, so the mask is zeros.
+  at::Tensor mask = torch::empty({4 << 20}, torch::kBool);
+  mask.fill_(true);
+  c10::Scalar minus_two(-2.0);  // a reused heap range: its pages are dirty
+  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_LT, param, &minus_two, mask), FSDPSKIP_ZEROS);
+  tracker().zeros_produced(FSDPSKIP_LT, mask);
+  EXPECT_LT(resident_pages(mask), 4u) << "its pages were released, not written";
+  EXPECT_FALSE(mask.any().item<bool>());
+  EXPECT_TRUE(tracker().holds_zeros(mask));
+  // `|` of two such masks, then any(), are answered too.
+  at::Tensor result = torch::empty({}, torch::kBool);
+  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_OR, mask, &mask, mask), FSDPSKIP_ZEROS);
+  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_ANY, mask, nullptr, result), FSDPSKIP_ZEROS);
+  // A bound that 0 breaks, and an input that holds data, run.
+  c10::Scalar half(0.5);
+  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_LT, param, &half, mask), FSDPSKIP_RUN);
+  EXPECT_FALSE(tracker().holds_zeros(mask)) << "the run writes it";
+  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_ANY, torch::ones({8}), nullptr, result), FSDPSKIP_RUN);
+  // A write the tracker sees ends the knowledge: copy_ into the parameter.
+  EXPECT_NE(tracker().decide_copy(param, torch::ones({4 << 20})), FSDPSKIP_SKIP);
+  EXPECT_FALSE(tracker().holds_zeros(param));
+}
+
 TEST(Tracker, CopyFromReceivedDataResolvesCopyFromLocalDataDoesNot) {
   at::Tensor param = torch::empty({256});
   ASSERT_TRUE(tracker().tag(storage(param)));

@@ -1,8 +1,12 @@
 """Cost of each torch.nn.init function on one parameter, without fsdpskip and
 on a skipping rank (LD_PRELOAD, LOCAL_RANK=1, FSDPSKIP=on), each measured in
-a fresh process: wall time and peak RSS growth (VmHWM) of the call.
+a fresh process: wall time and peak RSS growth (VmHWM) of the call, and the
+targets (a skipping rank's time and RSS growth <= 2% of the unpatched call's
+time and of the parameter's bytes) met or not.
 
-    /usr/bin/python3 tools/bench/init_costs.py --build build [--elements N]
+    PYTHON tools/bench/init_costs.py --build BUILD [--elements N ...] [--inits NAME ...]
+
+PYTHON is the one whose torch BUILD was built against.
 """
 import argparse
 import json
@@ -11,6 +15,10 @@ import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workloads"))
+from measure import rss_kib  # noqa: E402
+from policy_variables import without_policy  # noqa: E402
 
 INITS = ["normal_", "uniform_", "constant_", "ones_", "zeros_", "xavier_uniform_", "xavier_normal_",
          "kaiming_uniform_", "kaiming_normal_", "trunc_normal_", "eye_", "dirac_", "orthogonal_", "sparse_"]
@@ -37,17 +45,17 @@ def measure(name, elements):
     param = nn.Parameter(torch.empty(*shape_of(name, elements)))
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    before = int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1])
+    before = rss_kib("VmRSS")
     start = time.perf_counter()
     init(param, *args)
     seconds = time.perf_counter() - start
-    peak = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+    peak = rss_kib("VmHWM")
     return {"seconds": seconds, "rss_growth_bytes": (peak - before) * 1024,
             "param_bytes": param.numel() * param.element_size()}
 
 
 def run(name, elements, preload):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDPSKIP") and k != "LD_PRELOAD"}
+    env = without_policy(os.environ)
     if preload:
         env.update(LD_PRELOAD=preload, LOCAL_RANK="1", FSDPSKIP="on", FSDPSKIP_LOG="quiet")
     elements = ELEMENTS.get(name, elements)
@@ -59,29 +67,34 @@ def run(name, elements, preload):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--build", default="build")
-    parser.add_argument("--elements", type=int, default=16 << 20)
+    parser.add_argument("--elements", type=int, nargs="+", default=[16 << 20])
+    parser.add_argument("--inits", nargs="+", default=INITS, choices=INITS)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--one")
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.elements)))
+        print(json.dumps(measure(args.one, args.elements[0])))
         return
     import torch
     preload = os.path.abspath(os.path.join(args.build, "lib", "libfsdpskip.so"))
-    print("torch %s, one %.0f MiB fp32 parameter, median of %d runs, one thread" % (
-        torch.__version__, args.elements * 4 / 2 ** 20, args.repetitions))
-    print("| init | parameter | time without | time with | ratio | peak RSS growth without | with |")
-    print("|---|---|---|---|---|---|---|")
-    for name in INITS:
-        plain = [run(name, args.elements, None) for _ in range(args.repetitions)]
-        skip = [run(name, args.elements, preload) for _ in range(args.repetitions)]
-        t0 = statistics.median(r["seconds"] for r in plain)
-        t1 = statistics.median(r["seconds"] for r in skip)
-        m0 = statistics.median(r["rss_growth_bytes"] for r in plain) / 2 ** 20
-        m1 = statistics.median(r["rss_growth_bytes"] for r in skip) / 2 ** 20
-        size = plain[0]["param_bytes"] / 2 ** 20
-        print("| %s | %.0f MiB | %.4f s | %.4f s | %.2f%% | %.1f MiB | %.1f MiB |" % (
-            name, size, t0, t1, 100 * t1 / t0, m0, m1))
+    print("torch %s, one fp32 parameter, median of %d runs, one thread" % (torch.__version__, args.repetitions))
+    print()
+    print("| init | parameter | time without | time with | ratio | peak RSS growth without | with (of the parameter) "
+          "| targets met |")
+    print("|---|---|---|---|---|---|---|---|")
+    for elements in args.elements:
+        for name in args.inits:
+            plain = [run(name, elements, None) for _ in range(args.repetitions)]
+            skip = [run(name, elements, preload) for _ in range(args.repetitions)]
+            t0 = statistics.median(r["seconds"] for r in plain)
+            t1 = statistics.median(r["seconds"] for r in skip)
+            m0 = statistics.median(r["rss_growth_bytes"] for r in plain)
+            m1 = statistics.median(r["rss_growth_bytes"] for r in skip)
+            size = plain[0]["param_bytes"]
+            met = t1 <= 0.02 * t0 and m1 <= 0.02 * size
+            print("| %s | %.0f MiB | %.4f s | %.4f s | %.2f%% | %.1f MiB | %.1f MiB (%.2f%%) | %s |" % (
+                name, size / 2 ** 20, t0, t1, 100 * t1 / t0, m0 / 2 ** 20, m1 / 2 ** 20, 100 * m1 / size,
+                "yes" if met else "**no**"))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+import launch
 from measure import digest, rss_kib
 
 SIZES = {  # name: (hidden, intermediate, layers, vocab)
@@ -188,10 +189,7 @@ def main():
         HELD.append(model)
     with open(os.path.join(args.out, "rank%d.json" % rank), "w") as out:
         json.dump(result, out)
-    # Every rank has written its results. No destroy_process_group(): on
-    # torch 2.6 it can hang on rank 0 once the peer has gone (seen without
-    # fsdpskip); the process group ends with the process.
-    dist.barrier()
+    launch.end_rank()
 
 
 if __name__ == "__main__":
