@@ -29,6 +29,10 @@ void uniform(benchmark::State& s) { loop(s, [](at::Tensor& t, const at::Tensor&)
 void zero(benchmark::State& s) { loop(s, [](at::Tensor& t, const at::Tensor&) { t.zero_(); }); }
 void fill(benchmark::State& s) { loop(s, [](at::Tensor& t, const at::Tensor&) { t.fill_(1.0); }); }
 void copy(benchmark::State& s) { loop(s, [](at::Tensor& t, const at::Tensor& src) { t.copy_(src); }); }
+void compare(benchmark::State& s) {
+  at::Tensor out = torch::empty({16}, torch::kBool);
+  loop(s, [&out](at::Tensor& t, const at::Tensor&) { at::lt_out(out, t, 0.5); });
+}
 void set_requires_grad(benchmark::State& state) {
   at::Tensor t = torch::empty({16});
   for (auto _ : state) t.set_requires_grad(true);
@@ -41,5 +45,6 @@ BENCHMARK(uniform);
 BENCHMARK(zero);
 BENCHMARK(fill);
 BENCHMARK(copy);
+BENCHMARK(compare);
 BENCHMARK(set_requires_grad);
 BENCHMARK_MAIN();
