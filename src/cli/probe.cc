@@ -108,7 +108,7 @@ int main() {
   captured([&] { source.data().normal_(); });
   skipped_as("copy_ (conversion)", "copy_", source, [](const at::Tensor& t) { return t.data().to(torch::kDouble); });
 
-  // trunc_normal_ as torch.nn.init < 2.14 does it: uniform_, then in place
+  // trunc_normal_ as torch.nn.init up to 2.11 does it: uniform_, then in place
   // erfinv_, mul_, add_, clamp_ (LibTorch's C++ API has no trunc_normal_).
   at::Tensor truncated = fresh();
   Captured chain = captured([&] {

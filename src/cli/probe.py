@@ -8,6 +8,7 @@ and the process's report (FSDPSKIP_REPORT) for what only exit can tell.
 usage: python probe.py STORE_FILE
 """
 import datetime
+import inspect
 import json
 import os
 import sys
@@ -45,6 +46,10 @@ def placeholder():
 
 def report(check, ok, detail):
     print(json.dumps({"check": check, "ok": bool(ok), "detail": detail}), flush=True)
+
+
+def report_not_applicable(check, detail):
+    print(json.dumps({"check": check, "ok": None, "detail": detail}), flush=True)
 
 
 def skipped_as(check, kernel, make, run):
@@ -93,16 +98,27 @@ def main():
     kept.append(source)
     skipped_as("copy_ (conversion)", "copy_", lambda: source, lambda t: t.data.double())
 
-    # trunc_normal_: torch < 2.14 runs uniform_ then erfinv_, mul_, add_, clamp_ in place.
+    # trunc_normal_: up to torch 2.11 uniform_ then erfinv_, mul_, add_, clamp_
+    # in place (the chain); from 2.12 normal_ then rejection sampling, whose
+    # comparisons, `|` and any() are answered from the skipped storage's zeros.
+    # Each step is required on the torch that uses it.
+    is_chain = "erfinv" in inspect.getsource(torch.nn.init._no_grad_trunc_normal_)
     kept.append(placeholder())
     _, error, lines = captured(lambda: torch.nn.init.trunc_normal_(kept[-1], std=0.02))
     chain = any("chain -> skip" in line for line in lines)
+    answered = [kernel for kernel in ("lt", "gt", "bitwise_or", "any")
+                if any(line.split("fsdpskip: ", 1)[-1].startswith(kernel + " -> zeros") for line in lines)]
     zero = bool((kept[-1].detach() == 0).all())
     report("trunc_normal_", error is None and zero,
-           "raised %s" % error if error else "skipped%s, reads as zeros" % (" with its chain" if chain else "")
-           if zero else "values were written")
-    report("chain (erfinv_, mul_, add_, clamp_)", chain or error is None and zero,
-           "skipped" if chain else "not used by this torch's trunc_normal_")
+           "raised %s" % error if error else "skipped, reads as zeros" if zero else "values were written")
+    if is_chain:
+        report("chain (erfinv_, mul_, add_, clamp_)", chain, "skipped" if chain else "this torch's trunc_normal_ is "
+               "the chain, but its steps were not skipped")
+        report_not_applicable("comparisons (lt, gt, bitwise_or, any)", "this torch's trunc_normal_ is the chain")
+    else:
+        report_not_applicable("chain (erfinv_, mul_, add_, clamp_)", "not used by this torch's trunc_normal_")
+        report("comparisons (lt, gt, bitwise_or, any)", len(answered) == 4,
+               "answered from zeros" if len(answered) == 4 else "only %s answered from zeros" % (answered or "none"))
 
     # torch's own argument checks still raise on a skipped call.
     kept.append(placeholder())

@@ -39,12 +39,22 @@ inline const Option* find_option(const char* name, size_t length) {
   return nullptr;
 }
 
+constexpr bool has_row(OptionRole role) {
+  for (const Option& option : kOptions)
+    if (option.role == role) return true;
+  return false;
+}
+static_assert(has_row(OptionRole::kMode) && has_row(OptionRole::kLocalRank) && has_row(OptionRole::kAutoRequires) &&
+                  has_row(OptionRole::kRank) && has_row(OptionRole::kLogLevel) && has_row(OptionRole::kReport) &&
+                  has_row(OptionRole::kPlugin),
+              "options.def has a row for every role");
+
 // The first row of `role`: the only one for the roles of fsdpskip's own
 // variables (kMode, kLogLevel, kReport, kPlugin).
 inline const Option& option_of(OptionRole role) {
   for (const Option& option : kOptions)
     if (option.role == role) return option;
-  __builtin_unreachable();  // every role has a row: see the static_assert in options.cc
+  return kOptions[0];  // unreachable: see the static_assert above
 }
 
 }  // namespace fsdpskip

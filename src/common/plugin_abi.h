@@ -20,9 +20,9 @@
 extern "C" {
 #endif
 
-// Bump on any change below; both sides check it. `abi` and `say` are the
-// first two members of fsdpskip_host in every version, so a plugin can say
-// that it was built for another ABI.
+// Bump on any change below; both sides check it. From ABI 4 on, `abi` and
+// `say` are the first two members of fsdpskip_host in every version, so a
+// plugin can say that it was built for another ABI.
 #define FSDPSKIP_PLUGIN_ABI 5
 
 // The plugin records the libtorch it was built against in an ELF section of
@@ -118,15 +118,17 @@ typedef struct fsdpskip_plugin {
   // A structured kernel's impl writing `out` from `self` (at::Tensor*): the
   // later steps of an init chain on a skipped storage are SKIP.
   fsdpskip_verdict (*decide_chain)(const void* self, const void* out);
-  // A structured kernel's impl computing `out` from inputs known to hold
-  // zeros (a skipped storage, or what this verdict produced before):
-  // kernel FSDPSKIP_LT/LE/GT/GE with `other` a c10::Scalar*, FSDPSKIP_OR
-  // with `other` an at::Tensor*, FSDPSKIP_ANY with `other` NULL. ZEROS when
-  // the result is all zeros (false), found by running the kernel on one
-  // element; else RUN. Never in audit mode.
+  // Every call of a comparison with a scalar, `|` or any() (structured
+  // impl) computing `out` (at::Tensor*) from `self` (at::Tensor*): kernel
+  // FSDPSKIP_LT/LE/GT/GE with `other` a c10::Scalar*, FSDPSKIP_OR with
+  // `other` an at::Tensor*, FSDPSKIP_ANY with `other` NULL. ZEROS when, while
+  // loading and not in audit mode, its CPU inputs are known to hold zeros (a
+  // skipped storage, or what this verdict produced before) and so is its
+  // result (a comparison: torch's own answer for one zero element); else RUN.
   fsdpskip_verdict (*decide_on_zeros)(fsdpskip_kernel kernel, const void* self, const void* other, const void* out);
   // After a ZEROS verdict, instead of the kernel: zero `out` exactly
-  // (releasing whole pages) and remember it holds zeros.
+  // (releasing whole pages) and, when it covers a storage of the CPU
+  // allocator's, remember that the storage holds zeros.
   void (*zeros_produced)(fsdpskip_kernel kernel, const void* out);
   // A zero-element tensor with self's dtype and device (an at::Tensor*
   // owned by the plugin, one per slot 0 or 1 and thread, valid until the

@@ -4,8 +4,10 @@
 // original can never drift apart and a debugger steps straight into the
 // forwarder.
 //
-// A forwarder's inactive path is one load of g_active and a tail call into
-// the original; what an active process does is out of line (`active`).
+// The kernel forwarders' inactive path is one load of g_active and a tail
+// call into the original; what an active process does is out of line
+// (`active`). The notifying ones (set_requires_grad, broadcasts, chain
+// steps, comparisons) test the flag after or around the original's call.
 //
 // This file is built without exceptions but with asynchronous unwind tables:
 // an exception thrown by an original (torch's own argument checks) unwinds
@@ -157,7 +159,11 @@ struct SetData {
 };
 
 // ProcessGroup*::broadcast(this, vector<Tensor>&, const BroadcastOptions&)
-// returns intrusive_ptr<Work> by value: hidden result pointer first.
+// returns intrusive_ptr<Work> by value: hidden result pointer first, as the
+// x86-64 System V ABI passes it (AArch64 passes it in x8: not this shape).
+#if !defined(__x86_64__)
+#error "the Broadcast shape assumes the x86-64 System V ABI's hidden result pointer"
+#endif
 template <HookId id, fsdpskip_kernel>
 struct Broadcast {
   static void* forward(void* result, void* group, void* tensors, void* options) {

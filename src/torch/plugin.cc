@@ -50,7 +50,7 @@ void finish() {
     std::string path = expand_report_path(g_preload->report_template, context);
     std::string error;
     if (!write_atomically(path, report_json(context, stats, pending, audit), &error))
-      say(FSDPSKIP_MESSAGE_WARNING, "FSDPSKIP_REPORT: " + error + "; no report written");
+      say(FSDPSKIP_MESSAGE_ERROR, "FSDPSKIP_REPORT: " + error + "; no report written");
   }
 }
 
@@ -92,7 +92,14 @@ const fsdpskip_plugin kPlugin = {
 extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpskip_plugin_load(
     const fsdpskip_host* host) {
   using namespace fsdpskip;
-  // `abi` and `say` come first in every version of the host.
+  // From ABI 4 on, `abi` and `say` come first in every version of the host;
+  // an older preload has no sink to say it through.
+  if (host->abi < 4) {
+    static const char kOlder[] = "fsdpskip: warning: libfsdpskip.so is older than libfsdpskip_torch.so (plugin ABI); "
+                                 "inactive\n";
+    if (write(STDERR_FILENO, kOlder, sizeof kOlder - 1) < 0) return nullptr;
+    return nullptr;
+  }
   if (host->abi != FSDPSKIP_PLUGIN_ABI) {
     host->say(FSDPSKIP_MESSAGE_WARNING,
               "the preload and libfsdpskip_torch.so come from different builds (plugin ABI); inactive");

@@ -31,6 +31,24 @@ constexpr size_t kLazyZeroMinBytes = size_t{64} << 10;
 // Set while this thread runs a zero_ of the plugin's own: it is never skipped.
 thread_local bool t_zeroing = false;
 
+struct OwnZeroing {
+  bool previous = t_zeroing;
+  OwnZeroing() { t_zeroing = true; }
+  ~OwnZeroing() { t_zeroing = previous; }
+};
+
+// Zeroes a tensor with torch's own zero_ (on a device: the current stream).
+// False when torch refused.
+bool zero_tensor(const at::Tensor& tensor) {
+  try {
+    OwnZeroing own;
+    tensor.zero_();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 // Zeroes a whole storage with torch's own kernels (on a device: the current
 // stream), through a byte view of it. False when torch refused.
 bool zero_with_torch(c10::StorageImpl* storage) {
@@ -38,12 +56,8 @@ bool zero_with_torch(c10::StorageImpl* storage) {
     at::Tensor bytes = at::empty({0}, at::TensorOptions().dtype(at::kByte).device(storage->device()));
     bytes.set_(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage)), 0,
                {static_cast<int64_t>(storage->nbytes())}, {1});
-    t_zeroing = true;
-    bytes.zero_();
-    t_zeroing = false;
-    return true;
+    return zero_tensor(bytes);
   } catch (const std::exception&) {
-    t_zeroing = false;
     return false;
   }
 }
@@ -190,6 +204,10 @@ bool Tracker::tag(c10::StorageImpl* storage) {
   std::lock_guard<std::mutex> lock(mutex_);
   Record* record = find_locked(storage);
   if (record == nullptr) record = track_locked(storage, Role::kParameter);
+  if (record != nullptr && record->role == Role::kDerived) {  // a mask's storage, reused for a parameter
+    record->role = Role::kParameter;
+    set_zeros_locked(*record, false);
+  }
   if (record == nullptr || record->role != Role::kParameter) return false;
   if (!tagged_any_.exchange(true)) log(FSDPSKIP_MESSAGE_DEBUG, "first tag:", storage);
   return true;
@@ -295,7 +313,9 @@ fsdpskip_verdict Tracker::decide_copy_untraced(const at::Tensor& dst, const at::
   if (!loading_now && pending == 0) return FSDPSKIP_RUN;  // training: nothing left to resolve
   // A conversion of a skipped storage (model.to(dtype), .half()) stays skipped.
   c10::StorageImpl* source = storage_of(src);
-  if (loading_now && pending != 0 && enabled() && source != nullptr && is_pending(source))
+  // The destination is tagged first: a copy that is not run must leave a
+  // skipped storage behind, never stale bytes.
+  if (loading_now && pending != 0 && enabled() && source != nullptr && is_pending(source) && tag(storage_of(dst)))
     return traced(FSDPSKIP_COPY, dst, skip_verdict());
   // Rank 0's data arriving through a copy resolves its destination (copied()).
   return traced(FSDPSKIP_COPY, dst, tracked_.load() != 0 ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
@@ -334,7 +354,8 @@ bool Tracker::holds_zeros(const at::Tensor& tensor) {
 
 fsdpskip_verdict Tracker::decide_on_zeros(fsdpskip_kernel kernel, const at::Tensor& self, const void* other,
                                           const at::Tensor& out) {
-  if (zeros_known_.load() == 0 || audit_.load() || !enabled() || !out.device().is_cpu() || !holds_zeros(self))
+  if (zeros_known_.load() == 0 || audit_.load() || !enabled() || !loading() || !out.device().is_cpu() ||
+      !holds_zeros(self))
     return writes(out, FSDPSKIP_RUN);
   bool zeros = false;
   if (kernel == FSDPSKIP_OR) {
@@ -343,14 +364,20 @@ fsdpskip_verdict Tracker::decide_on_zeros(fsdpskip_kernel kernel, const at::Tens
     zeros = true;
   } else {
     // `0 op scalar` computed by torch itself on one element of self's dtype:
-    // its promotion rules, NaN and all.
-    const c10::Scalar& scalar = *static_cast<const c10::Scalar*>(other);
-    at::Tensor sample = at::zeros({1}, self.options());
-    at::Tensor answer = kernel == FSDPSKIP_LT   ? at::lt(sample, scalar)
-                        : kernel == FSDPSKIP_LE ? at::le(sample, scalar)
-                        : kernel == FSDPSKIP_GT ? at::gt(sample, scalar)
-                                                : at::ge(sample, scalar);
-    zeros = !answer.item<bool>();
+    // its promotion rules, NaN and all. A dtype torch refuses (complex): the
+    // kernel runs and raises its own error.
+    try {
+      const c10::Scalar& scalar = *static_cast<const c10::Scalar*>(other);
+      OwnZeroing own;  // the sample's zeros are an ordinary zero_
+      at::Tensor sample = at::zeros({1}, self.options());
+      at::Tensor answer = kernel == FSDPSKIP_LT   ? at::lt(sample, scalar)
+                          : kernel == FSDPSKIP_LE ? at::le(sample, scalar)
+                          : kernel == FSDPSKIP_GT ? at::gt(sample, scalar)
+                                                  : at::ge(sample, scalar);
+      zeros = !answer.item<bool>();
+    } catch (const std::exception&) {
+      zeros = false;
+    }
   }
   return writes(out, traced(kernel, out, zeros ? FSDPSKIP_ZEROS : FSDPSKIP_RUN));
 }
@@ -371,9 +398,7 @@ void Tracker::zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out) {
   if (range && anonymous && bytes >= kLazyZeroMinBytes) {
     zeroed = zero_range(begin, bytes, true);
   } else {
-    t_zeroing = true;  // an ordinary zero_, never itself skipped
-    out.zero_();
-    t_zeroing = false;
+    zero_tensor(out);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.calls[kernel];
@@ -383,22 +408,29 @@ void Tracker::zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out) {
   if (!range || !anonymous || out.storage_offset() != 0 || bytes != storage->nbytes()) return;
   Record* record = find_locked(storage);
   if (record == nullptr) record = track_locked(storage, Role::kDerived);
-  if (record != nullptr && record->role != Role::kParameter) set_zeros_locked(*record, true);
+  if (record != nullptr && record->role != Role::kParameter) set_zeros_locked(*record, loading());
 }
 
 void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
   c10::StorageImpl* storage = storage_of(self);
   if (storage == nullptr) return;
-  if (kernel == FSDPSKIP_COPY) tag(storage);  // the destination of a skipped conversion
-  bool first = false;
-  c10::DeleterFnPtr deleter;
+  bool tagged = false, first = false;
+  c10::DeleterFnPtr deleter = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Record* record = find_locked(storage);
-    if (record == nullptr || record->role != Role::kParameter) return;
-    deleter = original_deleter(record, storage);
-    ++stats_.calls[kernel];
-    first = mark_skipped_locked(*record, kernel, self);
+    if (record != nullptr && record->role == Role::kParameter) {
+      tagged = true;
+      deleter = original_deleter(record, storage);
+      ++stats_.calls[kernel];
+      first = mark_skipped_locked(*record, kernel, self);
+    }
+  }
+  // Its record went between the verdict and now (the policy changed on
+  // another thread): the kernel did not run, so at least no stale bytes.
+  if (!tagged) {
+    zero_tensor(self);
+    return;
   }
   // A skipped storage reads as zeros, never as stale contents (transformers
   // #45050's NaN). The CPU allocator's private anonymous pages are released;
@@ -407,13 +439,14 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
   // shared or pinned memory) is left as it is.
   size_t bytes = storage->nbytes();
   Zeroed zeroed;
-  bool left = false;
-  if (from_cpu_allocator(storage, deleter)) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
+  bool anonymous = from_cpu_allocator(storage, deleter), left = false;
+  if (anonymous) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
   else if (storage->device_type() != c10::DeviceType::CPU && zero_with_torch(storage)) zeroed.written = bytes;
   else left = true;
   std::lock_guard<std::mutex> lock(mutex_);
+  // Known zeros only where the comparisons' answers can use them: the CPU allocator's memory.
   if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
-    set_zeros_locked(*record, !left);
+    set_zeros_locked(*record, anonymous && loading());
   if (!first) return;
   stats_[Counter::bytes_never_committed] += zeroed.released;
   stats_[Counter::bytes_zeroed_by_writing] += zeroed.written;
@@ -453,7 +486,7 @@ void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
   if (target == nullptr || target->role != Role::kParameter) return;
   Record* origin = find_locked(source);
   // Only rank 0's data resolves: a copy of a locally computed tensor (the
-  // resampling of torch 2.14's trunc_normal_, orthogonal_'s QR factor) does not.
+  // resampling of torch >= 2.12's trunc_normal_, orthogonal_'s QR factor) does not.
   if (origin == nullptr || origin->role != Role::kReceived) return;
   bool covers = dst.is_contiguous() && dst.storage_offset() == 0 &&
                 static_cast<size_t>(dst.numel() * dst.itemsize()) == destination->nbytes();
@@ -485,7 +518,12 @@ void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
 }
 
 void Tracker::end_loading_locked() {
-  if (tagged_any_.load() && loading_.exchange(false)) stats_.loading_ended = true;
+  if (!tagged_any_.load() || !loading_.exchange(false)) return;
+  stats_.loading_ended = true;
+  // Comparisons are answered from known zeros only while loading: a write
+  // fsdpskip does not see (index_put_, numpy) cannot mislead a later phase.
+  if (zeros_known_.load() != 0)
+    for (auto& entry : records_) set_zeros_locked(entry.second, false);
 }
 
 void Tracker::received(const void* buffer, size_t bytes) {

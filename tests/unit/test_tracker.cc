@@ -140,6 +140,18 @@ TEST(Tracker, ComparisonsOfZerosAreAnsweredWithoutCommittingTheirOutput) {
   // A write the tracker sees ends the knowledge: copy_ into the parameter.
   EXPECT_NE(tracker().decide_copy(param, torch::ones({4 << 20})), FSDPSKIP_SKIP);
   EXPECT_FALSE(tracker().holds_zeros(param));
+  // So does the end of loading, for everything: a write fsdpskip cannot see
+  // (index_put_, numpy) must not mislead a later phase.
+  at::Tensor other = torch::empty({4 << 20});
+  ASSERT_TRUE(tracker().tag(storage(other)));
+  tracker().skipped(FSDPSKIP_NORMAL, other);
+  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_GT, other, &minus_two, mask), FSDPSKIP_RUN) << "0 > -2";
+  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_LT, other, &minus_two, mask), FSDPSKIP_ZEROS);
+  tracker().zeros_produced(FSDPSKIP_LT, mask);
+  ASSERT_TRUE(tracker().holds_zeros(other) && tracker().holds_zeros(mask));
+  receive(torch::ones({4}));
+  EXPECT_FALSE(tracker().holds_zeros(other) || tracker().holds_zeros(mask));
+  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_ANY, mask, nullptr, result), FSDPSKIP_RUN);
 }
 
 TEST(Tracker, CopyFromReceivedDataResolvesCopyFromLocalDataDoesNot) {

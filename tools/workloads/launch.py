@@ -68,6 +68,20 @@ def run(script_args, env, nproc=2, timeout=None, prefix=()):
     return subprocess.CompletedProcess(script_args, status, "\n".join(stdout) + "\n", "\n".join(stderr) + "\n")
 
 
+def end_rank():
+    """What a rank of these jobs does last, once it has written its results.
+    A gloo group left alive can abort the interpreter's finalization on torch
+    2.15 ("terminate called without an active exception", pytorch #190489,
+    seen here without fsdpskip); destroy_process_group() can hang on torch
+    2.6 once the peer has gone. So: destroyed from 2.7 on, left to the
+    process's end before."""
+    import torch
+    import torch.distributed as dist
+    dist.barrier()
+    if tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 7):
+        dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     # launch.py [--nproc N] -- SCRIPT ARGS...: for shell scripts (the module tests).
     import argparse
@@ -82,16 +96,3 @@ if __name__ == "__main__":
     sys.stderr.write(done.stderr)
     sys.exit(done.returncode)
 
-
-def end_rank():
-    """What a rank of these jobs does last, once it has written its results.
-    A gloo group left alive can abort the interpreter's finalization on torch
-    2.15 ("terminate called without an active exception", pytorch #190489,
-    seen here without fsdpskip); destroy_process_group() can hang on torch
-    2.6 once the peer has gone. So: destroyed from 2.7 on, left to the
-    process's end before."""
-    import torch
-    import torch.distributed as dist
-    dist.barrier()
-    if tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 7):
-        dist.destroy_process_group()

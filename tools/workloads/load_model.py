@@ -125,19 +125,62 @@ def model_bytes(model):
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def sync(model, how):
+def sync(model, how, mesh=None):
     if how == "ddp":  # the _broadcast_coalesced path FSDP1's sync_module_states takes
         nn.parallel.DistributedDataParallel(model)
     elif how == "broadcast":
         for param in model.parameters():
             dist.broadcast(param.data, src=0)
+    elif how == "fsdp2":
+        fsdp2_sync(model, mesh)
+    return model
+
+
+def fsdp2_mesh():
+    """FSDP2's device mesh, and its one-time costs (lazy imports, first use)
+    paid on a small frozen module before anything is measured: frozen, so
+    fsdpskip tags nothing here."""
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    block = nn.Module()
+    block.weight = nn.Parameter(torch.zeros(64, 64), requires_grad=False)
+    warm_up = nn.Module()
+    warm_up.blocks = nn.ModuleList([block])
+    fsdp2_sync(warm_up, mesh)
+    return mesh
+
+
+def fsdp2_sync(model, mesh):
+    """FSDP2 as accelerate's RAM-efficient loading runs it: fully_shard every
+    block and the model, then rank 0's values streamed into the shards one
+    parameter at a time (broadcast of the full tensor, distribute_tensor,
+    load_state_dict(assign=True): accelerate's fsdp2_load_full_state_dict).
+    Afterwards each rank holds 1/world of the model."""
+    from torch.distributed.tensor import distribute_tensor
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard
+    # Rank 0's values: its own parameters, kept (as a loaded checkpoint would be).
+    full = {name: p.detach() for name, p in model.named_parameters()} if dist.get_rank() == 0 else None
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    sharded = {}
+    for name, param in model.named_parameters():
+        value = full.pop(name) if full is not None else torch.empty(param.size(), dtype=param.dtype)
+        dist.broadcast(value, src=0)
+        sharded[name] = nn.Parameter(distribute_tensor(value, mesh, param.placements),
+                                     requires_grad=param.requires_grad)
+        del value
+    model.load_state_dict(sharded, assign=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size", choices=SIZES, default="tiny")
     parser.add_argument("--style", choices=STYLES, default="hf4")
-    parser.add_argument("--sync", choices=("ddp", "broadcast", "none"), default="ddp")
+    parser.add_argument("--sync", choices=("ddp", "broadcast", "fsdp2", "none"), default="ddp")
     parser.add_argument("--convert", choices=("none", "half", "double"), default="none",
                         help="dtype conversion before the sync (gloo in Debian's torch 2.x broadcasts no half)")
     parser.add_argument("--out", required=True, help="directory for rank<N>.json")
@@ -149,6 +192,7 @@ def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(1234)
+    mesh = fsdp2_mesh() if args.sync == "fsdp2" else None
 
     dist.barrier()
     reset_peak_rss()
@@ -159,8 +203,12 @@ def main():
     rss_growth_kib = rss_kib("VmHWM") - rss_before
     if args.convert != "none":
         model = getattr(model, args.convert)()
+    # --verify: rank 0's values before the sync are what every rank must hold
+    # after it (told after the sync: a broadcast before it would be taken for
+    # rank 0's data arriving).
+    truth = [{name: digest(p) for name, p in model.named_parameters()} if rank == 0 and args.verify else None]
 
-    sync(model, args.sync)
+    model = sync(model, args.sync, mesh)
     result = {
         "rank": rank,
         "local_rank": int(os.environ.get("LOCAL_RANK", rank)),
@@ -170,13 +218,17 @@ def main():
         "parameters": sum(p.numel() for p in model.parameters()),
         "build_seconds": build_seconds,
         "rss_growth_bytes": rss_growth_kib * 1024,
+        # The whole job's peak so far: build and sync.
+        "job_rss_growth_bytes": (rss_kib("VmHWM") - rss_before) * 1024,
     }
     if args.verify:
+        dist.broadcast_object_list(truth, src=0)
         digests = {name: digest(p) for name, p in model.named_parameters()}
         everyone = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, digests)
-        result["equal_to_rank0"] = all(d == everyone[0] for d in everyone)
-        result["all_finite"] = all(bool(torch.isfinite(p.float()).all()) for p in model.parameters())
+        result["equal_to_rank0"] = all(d == truth[0] for d in everyone)
+        local = lambda p: p.to_local() if hasattr(p, "to_local") else p  # a shard: this rank's part
+        result["all_finite"] = all(bool(torch.isfinite(local(p).float()).all()) for p in model.parameters())
         result["digests"] = digests
         # A layer created after the sync gets its real, seeded initialisation.
         torch.manual_seed(4321)

@@ -1,6 +1,7 @@
 """What the jobs, the benchmarks and the tests observe of a process, written
 once: parameter digests, resident memory, and fsdpskip's summary lines."""
 import hashlib
+import re
 
 
 def digest(tensor):
@@ -9,7 +10,7 @@ def digest(tensor):
     import torch
     tensor = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
     data = tensor.detach().contiguous().cpu().view(-1).view(torch.uint8)
-    return hashlib.sha1(data.numpy().tobytes()).hexdigest()
+    return hashlib.sha1(data.numpy()).hexdigest()  # the array's own buffer: no copy
 
 
 def rss_kib(field="VmRSS"):
@@ -24,6 +25,7 @@ def rss_kib(field="VmRSS"):
 def summary_lines(text, local_rank=None, prefix=""):
     """fsdpskip's summary lines at exit in `text` (of one local rank when
     given), each line first stripped of `prefix` (torchrun's "[default1]:")."""
-    start = "fsdpskip: local rank %s" % ("" if local_rank is None else "%d pid" % local_rank)
+    rank = r"\d+" if local_rank is None else str(local_rank)
+    summary = re.compile(r"fsdpskip: local rank %s pid \d+: (skipped|audit: would skip) " % rank)
     return [line[len(prefix):] for line in text.splitlines()
-            if line.startswith(prefix) and line[len(prefix):].startswith(start)]
+            if line.startswith(prefix) and summary.match(line[len(prefix):])]
