@@ -112,7 +112,7 @@ struct Fill {
   }
 };
 template <HookId id, fsdpskip_kernel kernel>
-using Binary = Fill<id, kernel, false>;
+using FillTensor = Fill<id, kernel, false>;
 template <HookId id, fsdpskip_kernel kernel>
 using FillScalar = Fill<id, kernel, true>;
 
@@ -173,48 +173,40 @@ struct Broadcast {
   }
 };
 
-// structured_*::impl(this, self, [inputs...,] out): the meta function already
-// checked the arguments, so a skipped impl needs no stand-in.
+// A structured kernel's impl(this, self, [inputs...,] out): its meta
+// function already checked the arguments, so nothing here needs a stand-in.
+// FSDPSKIP_CHAIN: a later step of an init chain (erfinv_, mul_, add_, clamp_),
+// skipped on a skipped storage. The others: a comparison with a scalar, `|`
+// or any(), answered by the plugin when its inputs hold zeros.
 template <HookId id, fsdpskip_kernel kernel>
-struct Chain {
-  template <typename... Inputs>
-  static void forward(void* op, const void* self, Inputs... inputs_then_out) {
-    auto fn = original_as<void (*)(void*, const void*, Inputs...)>(id);
+struct Structured {
+  template <typename... Tensors>
+  using Fn = void (*)(void*, const void*, Tensors...);
+  template <typename... Tensors>
+  static void forward(void* op, const void* self, Tensors... inputs_then_out) {
+    if (__builtin_expect(g_active, 0)) return active(op, self, inputs_then_out...);
+    return original_as<Fn<Tensors...>>(id)(op, self, inputs_then_out...);
+  }
+  template <typename... Tensors>
+  static NOINLINE void active(void* op, const void* self, Tensors... inputs_then_out) {
+    Fn<Tensors...> fn = original_as<Fn<Tensors...>>(id);
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(op, self, inputs_then_out...);
     const void* arguments[] = {inputs_then_out...};
-    void* out = const_cast<void*>(arguments[sizeof...(Inputs) - 1]);
-    fsdpskip_verdict verdict = plugin->decide_chain(self, out);
-    if (verdict == FSDPSKIP_SKIP) return plugin->skipped(kernel, out);
-    uint64_t start = verdict == FSDPSKIP_AUDIT ? now_ns() : 0;
-    fn(op, self, inputs_then_out...);
-    if (start) plugin->audited(kernel, out, now_ns() - start);
+    void* out = const_cast<void*>(arguments[sizeof...(Tensors) - 1]);
+    if constexpr (kernel == FSDPSKIP_CHAIN) {
+      fsdpskip_verdict verdict = plugin->decide_chain(self, out);
+      if (verdict == FSDPSKIP_SKIP) return plugin->skipped(kernel, out);
+      uint64_t start = verdict == FSDPSKIP_AUDIT ? now_ns() : 0;
+      fn(op, self, inputs_then_out...);
+      if (start) plugin->audited(kernel, out, now_ns() - start);
+    } else {
+      const void* other = sizeof...(Tensors) == 2 ? arguments[0] : nullptr;  // any() has none
+      if (plugin->decide_on_zeros(kernel, self, other, out) == FSDPSKIP_ZEROS) return plugin->zeros_produced(kernel, out);
+      fn(op, self, inputs_then_out...);
+    }
   }
 };
-
-// Comparisons with a scalar, `|` and any() (structured impl(this, self,
-// [other,] out)): when their inputs hold zeros the plugin answers without
-// running them.
-template <HookId id, fsdpskip_kernel kernel>
-struct OnZeros {
-  template <typename... OtherThenOut>
-  static void forward(void* op, const void* self, OtherThenOut... other_then_out) {
-    auto fn = original_as<void (*)(void*, const void*, OtherThenOut...)>(id);
-    const fsdpskip_plugin* plugin = active_plugin();
-    if (plugin == nullptr) return fn(op, self, other_then_out...);
-    const void* arguments[] = {other_then_out...};
-    const void* out = arguments[sizeof...(OtherThenOut) - 1];
-    const void* other = sizeof...(OtherThenOut) == 2 ? arguments[0] : nullptr;
-    if (plugin->decide_on_zeros(kernel, self, other, out) == FSDPSKIP_ZEROS) return plugin->zeros_produced(kernel, out);
-    fn(op, self, other_then_out...);
-  }
-};
-template <HookId id, fsdpskip_kernel kernel>
-using CompareScalar = OnZeros<id, kernel>;
-template <HookId id, fsdpskip_kernel kernel>
-using Combine = OnZeros<id, kernel>;
-template <HookId id, fsdpskip_kernel kernel>
-using Reduce = OnZeros<id, kernel>;
 
 // NCCL's C API returns ncclResult_t; ncclSystemError answers a call whose
 // original is not loaded (a program that found the preload's definition with
@@ -246,8 +238,6 @@ struct NcclBcast {
                                                                         root, comm, stream);
   }
 };
-template <HookId id, fsdpskip_kernel kernel>
-using NcclRecv = NcclBcast<id, kernel>;
 
 // ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)
 template <HookId id, fsdpskip_kernel>
@@ -258,48 +248,40 @@ struct NcclBroadcast {
   }
 };
 
-// Chain steps by their number of tensor arguments after `self`.
-template <HookId id, fsdpskip_kernel kernel>
-using Chain1 = Chain<id, kernel>;
-template <HookId id, fsdpskip_kernel kernel>
-using Chain2 = Chain<id, kernel>;
-template <HookId id, fsdpskip_kernel kernel>
-using Chain3 = Chain<id, kernel>;
-
 }  // namespace
 
-// Each shape's C-level signature: result, parameters, the arguments that
-// pass them on.
-#define SIGNATURE_Random void*, (void* self, double a, double b, void* generator), (self, a, b, generator)
-#define SIGNATURE_Unary void*, (void* self), (self)
-#define SIGNATURE_Binary void*, (void* self, const void* value), (self, value)
-#define SIGNATURE_FillScalar SIGNATURE_Binary
-#define SIGNATURE_Copy void*, (void* self, const void* src, bool non_blocking), (self, src, non_blocking)
-#define SIGNATURE_RequiresGrad void, (void* impl, bool requires_grad), (impl, requires_grad)
-#define SIGNATURE_SetData void, (void* self, const void* new_data), (self, new_data)
-#define SIGNATURE_Broadcast void*, (void* result, void* group, void* tensors, void* options), (result, group, tensors, options)
-#define SIGNATURE_Chain1 void, (void* op, const void* self, const void* out), (op, self, out)
-#define SIGNATURE_Chain2 void, (void* op, const void* self, const void* x, const void* out), (op, self, x, out)
-#define SIGNATURE_Chain3 void, (void* op, const void* self, const void* x, const void* y, const void* out), \
-                         (op, self, x, y, out)
-#define SIGNATURE_CompareScalar void, (void* op, const void* self, const void* other, const void* out), \
-                                (op, self, other, out)
-#define SIGNATURE_Combine SIGNATURE_CompareScalar
-#define SIGNATURE_Reduce SIGNATURE_Chain1
-#define SIGNATURE_NcclBcast int, (void* buff, size_t count, int datatype, int root, void* comm, void* stream), \
-                            (buff, count, datatype, root, comm, stream)
-#define SIGNATURE_NcclRecv SIGNATURE_NcclBcast
-#define SIGNATURE_NcclBroadcast int, \
+// Each shape of hooks.def: its forwarder, and its C-level signature: result,
+// parameters, the arguments that pass them on.
+#define SHAPE_Random Random, void*, (void* self, double a, double b, void* generator), (self, a, b, generator)
+#define SHAPE_Unary Unary, void*, (void* self), (self)
+#define SHAPE_Binary FillTensor, void*, (void* self, const void* value), (self, value)
+#define SHAPE_FillScalar FillScalar, void*, (void* self, const void* value), (self, value)
+#define SHAPE_Copy Copy, void*, (void* self, const void* src, bool non_blocking), (self, src, non_blocking)
+#define SHAPE_RequiresGrad RequiresGrad, void, (void* impl, bool requires_grad), (impl, requires_grad)
+#define SHAPE_SetData SetData, void, (void* self, const void* new_data), (self, new_data)
+#define SHAPE_Broadcast Broadcast, void*, (void* result, void* group, void* tensors, void* options), \
+                        (result, group, tensors, options)
+// Structured impls by their tensor arguments after `this` (a Scalar& counts):
+// self and out; one more; two more.
+#define SHAPE_Structured2 Structured, void, (void* op, const void* self, const void* out), (op, self, out)
+#define SHAPE_Structured3 Structured, void, (void* op, const void* self, const void* x, const void* out), \
+                          (op, self, x, out)
+#define SHAPE_Structured4 Structured, void, \
+    (void* op, const void* self, const void* x, const void* y, const void* out), (op, self, x, y, out)
+// ncclBcast and ncclRecv have the same layout.
+#define SHAPE_NcclBcast NcclBcast, int, (void* buff, size_t count, int datatype, int root, void* comm, void* stream), \
+                        (buff, count, datatype, root, comm, stream)
+#define SHAPE_NcclBroadcast NcclBroadcast, int, \
     (const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream), \
     (send, recv, count, datatype, root, comm, stream)
 
 // A row's exported definition: hook_<id>, named `mangled` in the dynamic
 // symbol table, one call into its shape's forwarder.
-#define INTERPOSER(id, kernel, mangled, shape, result, parameters, arguments)                  \
+#define INTERPOSER(id, kernel, mangled, forwarder, result, parameters, arguments)                \
   extern "C" __attribute__((visibility("default"))) result hook_##id parameters __asm__(mangled); \
-  result hook_##id parameters { return shape<HookId::id, kernel>::forward arguments; }
+  result hook_##id parameters { return forwarder<HookId::id, kernel>::forward arguments; }
 #define APPLY(macro, ...) macro(__VA_ARGS__)
-#define HOOK(id, library, shape, kernel, mangled) APPLY(INTERPOSER, id, kernel, mangled, shape, SIGNATURE_##shape)
+#define HOOK(id, library, shape, kernel, mangled) APPLY(INTERPOSER, id, kernel, mangled, SHAPE_##shape)
 #include "hooks.def"
 #undef HOOK
 
