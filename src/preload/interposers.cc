@@ -142,8 +142,13 @@ struct Copy {
 // succeeded (it throws for non-leaf tensors; then nothing is tagged).
 template <HookId id, fsdpskip_kernel>
 struct RequiresGrad {
+  using Fn = void (*)(void*, bool);
   static void forward(void* impl, bool requires_grad) {
-    original_as<void (*)(void*, bool)>(id)(impl, requires_grad);
+    if (__builtin_expect(g_active, 0)) return active(impl, requires_grad);
+    return original_as<Fn>(id)(impl, requires_grad);
+  }
+  static NOINLINE void active(void* impl, bool requires_grad) {
+    original_as<Fn>(id)(impl, requires_grad);
     if (!requires_grad) return;
     if (const fsdpskip_plugin* plugin = active_plugin()) plugin->requires_grad_set(impl);
   }
@@ -152,8 +157,13 @@ struct RequiresGrad {
 // at::TensorBase::set_data(this, const TensorBase& new_data)
 template <HookId id, fsdpskip_kernel>
 struct SetData {
+  using Fn = void (*)(void*, const void*);
   static void forward(void* self, const void* new_data) {
-    original_as<void (*)(void*, const void*)>(id)(self, new_data);
+    if (__builtin_expect(g_active, 0)) return active(self, new_data);
+    return original_as<Fn>(id)(self, new_data);
+  }
+  static NOINLINE void active(void* self, const void* new_data) {
+    original_as<Fn>(id)(self, new_data);
     if (const fsdpskip_plugin* plugin = active_plugin()) plugin->data_set(self);
   }
 };
