@@ -37,6 +37,13 @@ def run(command, preload=True, timeout=600, input=None, **variables):
                           timeout=timeout, input=input)
 
 
+def scenario(name, preload=True, **variables):
+    """Runs one of scenarios.py's scenarios; returns (its JSON, the process)."""
+    done = run([PYTHON, SCENARIOS, name], preload=preload, **variables)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done
+
+
 def fsdpskip_lines(stderr):
     return [line for line in stderr.splitlines() if "fsdpskip:" in line]
 

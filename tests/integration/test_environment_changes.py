@@ -4,13 +4,7 @@ setenv and unsetenv), after the process started. Helper processes that
 inherit an active environment stay quiet."""
 import json
 
-from harness import PYTHON, SCENARIOS, fsdpskip_lines, run, summary_lines
-
-
-def scenario(name, preload=True, **variables):
-    done = run([PYTHON, SCENARIOS, name], preload=preload, **variables)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout), done
+from harness import PYTHON, SCENARIOS, fsdpskip_lines, run, scenario, summary_lines
 
 
 def all_zero(described):

@@ -1,15 +1,7 @@
 """Real python3-torch programs under the preload, one process each."""
-import json
-
 import pytest
 
-from harness import PYTHON, SCENARIOS, fsdpskip_lines, run, summary_lines
-
-
-def scenario(name, preload, **variables):
-    done = run([PYTHON, SCENARIOS, name], preload=preload, **variables)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout), done
+from harness import fsdpskip_lines, scenario, summary_lines
 
 
 def three_ways(name):

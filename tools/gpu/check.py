@@ -22,12 +22,12 @@ exits 1."""
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 
 HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "workloads"))
+from launch import free_port  # noqa: E402
 from measure import digest  # noqa: E402
 from policy_variables import without_policy  # noqa: E402
 
@@ -168,12 +168,6 @@ CHILDREN = {f.__name__: f for f in (init_on_cuda, nccl_broadcast, two_ranks_gloo
 
 
 # ---- the parent: runs the children, judges, prints ------------------------
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Runner:
     def __init__(self, preload, work):
