@@ -41,11 +41,26 @@ def torchrun_agent_can_start(env):
     return _can_start
 
 
+# torch 2.15 sometimes aborts a rank while its interpreter exits, after the
+# job's work is done, with or without fsdpskip and even after
+# destroy_process_group() (pytorch #190489; seen here in about one job in
+# fifty). The job is then run once more: its outcome is what it did, not
+# that abort. Any other failure stands.
+TORCH_EXIT_ABORT = "terminate called without an active exception"
+
+
 def run(script_args, env, nproc=2, timeout=None, prefix=()):
     """Runs `python script_args...` on nproc ranks; returns a CompletedProcess
     whose stdout and stderr carry each rank's lines prefixed [default<rank>]:.
     `prefix` goes before the launcher (`fsdpskip run --`), or before each
     rank where ranks are started directly, as srun would."""
+    done = _run_once(script_args, env, nproc, timeout, prefix)
+    if done.returncode != 0 and TORCH_EXIT_ABORT in done.stdout + done.stderr:
+        done = _run_once(script_args, env, nproc, timeout, prefix)
+    return done
+
+
+def _run_once(script_args, env, nproc, timeout, prefix):
     env = dict(env, USE_LIBUV=env.get("USE_LIBUV", "0"))
     if torchrun_agent_can_start(env):
         command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--redirects", "2",
@@ -69,12 +84,10 @@ def run(script_args, env, nproc=2, timeout=None, prefix=()):
 
 
 def end_rank():
-    """What a rank of these jobs does last, once it has written its results.
-    A gloo group left alive can abort the interpreter's finalization on torch
-    2.15 ("terminate called without an active exception", pytorch #190489,
-    seen here without fsdpskip); destroy_process_group() can hang on torch
-    2.6 once the peer has gone. So: destroyed from 2.7 on, left to the
-    process's end before."""
+    """What a rank of these jobs does last, once it has written its results:
+    the process group destroyed from torch 2.7 on (on 2.6 destroy can hang
+    once the peer has gone), so that as little as possible is left to the
+    interpreter's exit (see TORCH_EXIT_ABORT)."""
     import torch
     import torch.distributed as dist
     dist.barrier()
