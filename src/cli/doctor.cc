@@ -21,13 +21,14 @@
 #include "../common/options_table.h"
 #include "../common/plugin_abi.h"
 #include "../common/report_table.h"
-#include "../common/torch_identity.h"
 #include "doctor.h"
 #include "elf_file.h"
 #include "layout.h"
 #include "options.h"
+#include "plugin.h"
 #include "subprocess.h"
 #include "text_table.h"
+#include "torch_location.h"
 
 namespace fsdpskip::cli {
 namespace {
@@ -61,17 +62,6 @@ const char* status_word(Status status) {
   return status == Status::kOk ? "ok" : status == Status::kFail ? "FAIL" : "n/a";
 }
 
-struct Torch {
-  std::string origin;                // how it was found
-  std::string version = "unknown";
-  std::string libraries[4];          // by Library: libtorch_cpu, libc10, libtorch_cuda, libnccl ("" when absent)
-  std::string cmake_prefix;          // for the rebuild advice
-};
-
-const std::string& library_path(const Torch& torch, Library library) {
-  return torch.libraries[static_cast<int>(library)];
-}
-
 std::string demangled(const char* mangled) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), free);
@@ -85,16 +75,6 @@ std::string family(const std::string& id) {
     if (id.size() > strlen(suffix) && id.compare(id.size() - strlen(suffix), std::string::npos, suffix) == 0)
       return id.substr(0, id.size() - strlen(suffix));
   return id;
-}
-
-// What this environment would change in a probe or a query: none of the
-// variables the policy reads (options.def), no preload. FSDPSKIP_PLUGIN
-// stays: the doctor checks the plugin the user would get.
-std::map<std::string, std::string> clean_environment() {
-  std::map<std::string, std::string> set = {{"LD_PRELOAD", ""}};
-  for (const Option& option : kOptions)
-    if (option.role != OptionRole::kPlugin) set[option.name] = "";
-  return set;
 }
 
 const char* from_environment(const char* name, void*) { return getenv(name); }
@@ -116,104 +96,6 @@ Decision decision_here() {
 std::string decision_text(const Options& options) {
   if (options.error[0]) return std::string("inactive: ") + options.error;
   return std::string(options.active ? "active" : "inactive") + " (" + options.reason + ")";
-}
-
-class ScratchDirectory {
- public:
-  ScratchDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "fsdpskip-doctor.XXXXXX").string();
-    path_ = mkdtemp(pattern.data()) ? pattern : "";
-  }
-  ~ScratchDirectory() {
-    std::error_code ignored;
-    if (!path_.empty()) fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-constexpr char kLocateTorch[] = R"(
-import json, os, sys, torch, torch.utils
-found = {}
-for line in open("/proc/self/maps"):
-    path = line.split()[-1] if len(line.split()) >= 6 else ""
-    for name in sys.argv[1:]:
-        if os.path.basename(path).startswith(name):
-            found.setdefault(name, path)
-print(json.dumps({"version": torch.__version__, "libraries": found, "cmake_prefix": torch.utils.cmake_prefix_path}))
-)";
-
-std::optional<Torch> torch_of_python(const std::string& python, const std::string& scratch, std::string* error) {
-  std::vector<std::string> argv = {python, "-c", kLocateTorch};
-  for (Library library : kLibraries) argv.push_back(library_prefix(library));
-  Finished query = run_program(argv, clean_environment(), scratch, 120);
-  if (query.status != 0) {
-    std::string why = query.err;
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    why = why.substr(why.rfind('\n') + 1);  // the exception's line
-    *error = python + " cannot import torch (" + (why.empty() ? "exit " + std::to_string(query.status) : why) +
-             "): name a Python with torch (--python) or a LibTorch directory (--libtorch)";
-    return std::nullopt;
-  }
-  json answer = json::parse(query.out, nullptr, false);
-  if (!answer.is_object() || !answer.contains("libraries") || !answer["libraries"].is_object()) {
-    *error = python + " ran but did not answer as a Python with torch would (got: " + query.out.substr(0, 80) + ")";
-    return std::nullopt;
-  }
-  Torch torch;
-  torch.origin = "python " + python;
-  torch.version = answer.value("version", "unknown");
-  torch.cmake_prefix = answer.value("cmake_prefix", "");
-  for (Library library : kLibraries)
-    torch.libraries[static_cast<int>(library)] = answer["libraries"].value(library_prefix(library), "");
-  if (library_path(torch, Library::kTorchCpu).empty()) {
-    *error = python + " imported torch " + torch.version + " but no libtorch_cpu.so was mapped";
-    return std::nullopt;
-  }
-  return torch;
-}
-
-// The first file in `directory` named `name` or `name`.<version>.
-std::string find_library_in(const std::string& directory, const std::string& name) {
-  std::error_code failure;
-  if (fs::exists(directory + "/" + name, failure)) return fs::canonical(directory + "/" + name, failure).string();
-  for (const auto& entry : fs::directory_iterator(directory, failure))
-    if (entry.path().filename().string().rfind(name + ".", 0) == 0) return entry.path().string();
-  return "";
-}
-
-std::optional<Torch> torch_of_libtorch(const std::string& directory, std::string* error) {
-  Torch torch;
-  torch.origin = "libtorch " + directory;
-  std::string lib;
-  for (const char* sub : {"/lib", "", "/lib/x86_64-linux-gnu", "/lib64"}) {
-    std::string candidate = directory + sub;
-    if (!find_library_in(candidate, "libtorch_cpu.so").empty()) {
-      lib = candidate;
-      break;
-    }
-  }
-  if (lib.empty()) {
-    *error = "no libtorch_cpu.so under " + directory + " (looked in lib/, ./, lib/x86_64-linux-gnu/, lib64/)";
-    return std::nullopt;
-  }
-  for (Library library : kLibraries)
-    torch.libraries[static_cast<int>(library)] = find_library_in(lib, library_prefix(library));
-  // LibTorch archives keep the CMake package in share/cmake/Torch, Debian in
-  // lib/<multiarch>/cmake/Torch, PyPI's wheels in torch/share/cmake/Torch
-  // beside torch/lib.
-  for (const std::string& cmake :
-       {directory + "/share/cmake", lib + "/cmake", fs::path(lib).parent_path().string() + "/share/cmake"}) {
-    std::string text = read_whole_file(cmake + "/Torch/TorchConfigVersion.cmake");
-    std::smatch match;
-    if (!std::regex_search(text, match, std::regex("PACKAGE_VERSION \"([^\"]+)\""))) continue;
-    torch.version = match[1];
-    torch.cmake_prefix = cmake;
-    break;
-  }
-  return torch;
 }
 
 // Each interposed row: exported by the library that defines it and reached
@@ -290,19 +172,8 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
   return libtorch != facts.end() ? libtorch->second.build_id : "";
 }
 
-std::string identity_field(const std::string& identity, const char* key) {
-  char value[256];
-  return fsdpskip::identity_field(identity.c_str(), key, value, sizeof value);
-}
-
-std::string rebuild_advice(const Torch& torch, const Layout& layout) {
-  std::string torch_dir = torch.cmake_prefix.empty() ? "<LibTorch>/share/cmake" : torch.cmake_prefix;
-  return "rebuild it: cmake -S <fsdpskip source> -B build -DTorch_DIR=" + torch_dir +
-         "/Torch && cmake --build build -j && cmake --install build --prefix " + layout.root;
-}
-
-// True when a plugin built for exactly this libtorch (its build-id) is where
-// the preload looks.
+// True when the preload would load a plugin built for exactly this libtorch
+// (its build-id): it looks where the preload looks, in the same order.
 bool check_plugin(const Torch& torch, const std::string& build_id, const Layout& layout,
                   std::vector<Check>* checks) {
   if (access(layout.preload.c_str(), R_OK) != 0) {
@@ -310,25 +181,21 @@ bool check_plugin(const Torch& torch, const std::string& build_id, const Layout&
     return false;
   }
   checks->push_back({"preload", Status::kOk, layout.preload});
-  const char* override_path = getenv("FSDPSKIP_PLUGIN");
-  std::string plugin = override_path && *override_path ? override_path : layout.plugin;
-  std::string error;
-  auto identity = read_elf_section(plugin, FSDPSKIP_TORCH_ID_SECTION, &error);
-  if (!identity) {
-    checks->push_back({"plugin", Status::kFail,
-                       (access(plugin.c_str(), R_OK) != 0 ? plugin + " is missing" : error) + "; " +
-                           rebuild_advice(torch, layout)});
+  if (build_id.empty()) {
+    checks->push_back({"plugin", Status::kFail, "the build-id of " + library_path(torch, Library::kTorchCpu) +
+                                                    " cannot be read: no plugin can be matched to it"});
     return false;
   }
-  std::string built_for = identity_field(*identity, "build-id"), version = identity_field(*identity, "torch");
-  if (build_id.empty() || build_id != built_for) {
-    checks->push_back({"plugin", Status::kFail,
-                       plugin + " was built for torch " + version + " (libtorch_cpu build-id " + built_for +
-                           "), this torch's is " + (build_id.empty() ? "none or unreadable" : build_id) + "; " +
-                           rebuild_advice(torch, layout)});
+  PluginChoice choice = find_plugin(layout, build_id);
+  if (choice.path.empty()) {
+    std::string passed;
+    for (const std::string& why : choice.passed_over) passed += (passed.empty() ? "" : "; ") + why;
+    checks->push_back({"plugin", Status::kFail, "none for this libtorch (build-id " + build_id + ") [" + passed +
+                                                    "]; build one: " + plugin_build_command(torch)});
     return false;
   }
-  checks->push_back({"plugin", Status::kOk, plugin + " built for this libtorch (torch " + version + ")"});
+  checks->push_back({"plugin", Status::kOk, choice.path + " (" + choice.place + ") built for this libtorch (torch " +
+                                                choice.torch + ")"});
   return true;
 }
 
@@ -384,7 +251,7 @@ void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::
 int doctor(const DoctorOptions& options) {
   Decision decision = decision_here();  // before anything else runs: the user's environment as given
   Layout layout = installed_layout();
-  ScratchDirectory scratch;
+  ScratchDirectory scratch("fsdpskip-doctor");
   if (scratch.path().empty()) {
     fprintf(stderr, "fsdpskip doctor: cannot create a scratch directory in %s\n", fs::temp_directory_path().c_str());
     return 2;

@@ -3,7 +3,9 @@
 // same shape as an installed one).
 //   <root>/bin/fsdpskip
 //   <root>/lib/libfsdpskip.so, <root>/lib/libfsdpskip_torch.so
+//   <root>/lib/fsdpskip/plugins/<build-id>/libfsdpskip_torch.so
 //   <root>/libexec/fsdpskip/fsdpskip-probe, <root>/share/fsdpskip/probe.py
+//   <root>/share/fsdpskip/src: the sources `fsdpskip plugin build` builds
 #pragma once
 
 #include <string>
@@ -13,7 +15,9 @@ namespace fsdpskip::cli {
 struct Layout {
   std::string root;
   std::string preload;  // libfsdpskip.so
-  std::string plugin;   // libfsdpskip_torch.so beside it (what the preload loads)
+  std::string plugin;   // libfsdpskip_torch.so beside it (the preload's first place)
+  std::string plugins;  // lib/fsdpskip/plugins: the install's plugins, by build-id
+  std::string sources;  // share/fsdpskip/src
   std::string cpp_probe;     // doctor --libtorch's live probe (built with the plugin)
   std::string python_probe;  // doctor --python's
 };

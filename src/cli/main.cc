@@ -1,8 +1,9 @@
 // fsdpskip: run a command under the preload, check a torch installation,
-// gather a job's reports. `fsdpskip SUBCOMMAND --help` for each.
+// build and list plugins for the torches on the machine, gather a job's reports. `fsdpskip SUBCOMMAND --help` for each.
 #include <CLI/CLI.hpp>
 
 #include "doctor.h"
+#include "plugin.h"
 #include "report.h"
 #include "run.h"
 
@@ -38,6 +39,23 @@ int main(int argc, char** argv) {
   doctor_app->add_flag("--json", doctor_options.json, "print the results as JSON");
   doctor_app->footer("Exit status: 0 when fsdpskip can work with that torch, 1 when something would stop it.\n");
 
+  PluginBuildOptions build_options;
+  PluginListOptions list_options;
+  CLI::App* plugin_app = app.add_subcommand("plugin", "Build and list the torch plugins of this install");
+  plugin_app->require_subcommand(1);
+  CLI::App* build_app = plugin_app->add_subcommand(
+      "build", "Build the plugin for a torch, into your cache (or the install's plugins with --system)");
+  auto* build_python = build_app->add_option("--python", build_options.python, "a Python whose torch to build for")
+                           ->default_str("python3");
+  build_app->add_option("--libtorch", build_options.libtorch, "a LibTorch directory to build for instead")
+      ->excludes(build_python)
+      ->check(CLI::ExistingDirectory);
+  build_app->add_flag("--system", build_options.system, "into the install's lib/fsdpskip/plugins, for every user");
+  build_app->add_option("-j,--jobs", build_options.jobs, "parallel compile jobs (default: one per processor)");
+  build_app->footer("Needs CMake (3.18 or later) and a C++ compiler; torch's own headers and CMake files.\n");
+  CLI::App* list_app = plugin_app->add_subcommand("list", "List the plugins the preload can find, and for which torch");
+  list_app->add_flag("--json", list_options.json, "print them as JSON");
+
   ReportOptions report_options;
   CLI::App* report_app = app.add_subcommand("report", "Gather a job's per-process reports into one verdict");
   report_app->add_option("reports", report_options.inputs, "report files, or directories holding them")
@@ -57,8 +75,9 @@ int main(int argc, char** argv) {
         break;
       }
   const std::string first = argc > 1 ? argv[1] : "";
-  if (!first.empty() && first[0] != '-' && first != "run" && first != "doctor" && first != "report") {
-    fprintf(stderr, "fsdpskip: unknown subcommand '%s' (run, doctor, report; fsdpskip --help)\n", first.c_str());
+  if (!first.empty() && first[0] != '-' && first != "run" && first != "doctor" && first != "report" &&
+      first != "plugin") {
+    fprintf(stderr, "fsdpskip: unknown subcommand '%s' (run, doctor, plugin, report; fsdpskip --help)\n", first.c_str());
     return 2;
   }
   try {
@@ -68,6 +87,7 @@ int main(int argc, char** argv) {
     return status == 0 ? 0 : 2;
   }
   if (doctor_options.python.empty() && doctor_options.libtorch.empty()) doctor_options.python = "python3";
+  if (build_options.python.empty() && build_options.libtorch.empty()) build_options.python = "python3";
   if (*run_app) {
     run.command = run_app->remaining();
     run.command.insert(run.command.end(), after_separator.begin(), after_separator.end());
@@ -78,5 +98,7 @@ int main(int argc, char** argv) {
     return run_command(run);
   }
   if (*doctor_app) return doctor(doctor_options);
+  if (*build_app) return plugin_build(build_options);
+  if (*list_app) return plugin_list(list_options);
   return report(report_options);
 }

@@ -24,6 +24,11 @@ extern "C" {
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
 #define FSDPSKIP_PLUGIN_ABI 5
+#define FSDPSKIP_TEXT_OF_(x) #x
+#define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
+// As text: the plugin's identity section carries it ("abi=5"), so a plugin
+// of another ABI is passed over before it is loaded.
+#define FSDPSKIP_PLUGIN_ABI_TEXT FSDPSKIP_TEXT_OF(FSDPSKIP_PLUGIN_ABI)
 
 // The plugin records the libtorch it was built against in an ELF section of
 // this name (torch_identity.h), so the preload can compare it with the loaded

@@ -1,5 +1,5 @@
 // The identity a plugin records of the libtorch it was built for: lines
-// "key=value" (build-id, torch, libtorch) in the ELF section
+// "key=value" (build-id, torch, libtorch, abi: the plugin ABI) in the ELF section
 // FSDPSKIP_TORCH_ID_SECTION, written by src/torch/CMakeLists.txt and read by
 // the preload (before dlopen) and by the doctor. Header-only and
 // freestanding, with hex_text for build-ids read by either side.

@@ -70,11 +70,17 @@ bool loaded_library_identity(const char* prefix, char* path, size_t path_size, c
 }
 
 bool read_file_section(const char* path, const char* name, char* out, size_t out_size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block us
   if (fd < 0) return false;
+  bool found = read_fd_section(fd, name, out, out_size);
+  close(fd);
+  return found;
+}
+
+bool read_fd_section(int fd, const char* name, char* out, size_t out_size) {
   struct stat status;
   bool found = false;
-  if (fstat(fd, &status) == 0 && static_cast<size_t>(status.st_size) >= sizeof(Elf64_Ehdr)) {
+  if (fstat(fd, &status) == 0 && S_ISREG(status.st_mode) && static_cast<size_t>(status.st_size) >= sizeof(Elf64_Ehdr)) {
     size_t size = status.st_size;
     void* mapped = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (mapped != MAP_FAILED) {
@@ -101,7 +107,6 @@ bool read_file_section(const char* path, const char* name, char* out, size_t out
       munmap(mapped, size);
     }
   }
-  close(fd);
   return found;
 }
 

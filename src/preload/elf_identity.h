@@ -13,7 +13,11 @@ bool loaded_library_identity(const char* prefix, char* path, size_t path_size, c
                              size_t build_id_size);
 
 // Copies the contents of section `name` of the ELF file at `path` into `out`
-// (NUL-terminated, truncated to out_size - 1). False when unreadable or absent.
+// (NUL-terminated, truncated to out_size - 1). False when unreadable, not a
+// regular file (never blocks on a FIFO) or absent.
 bool read_file_section(const char* path, const char* name, char* out, size_t out_size);
+
+// The same, from an open file (left open).
+bool read_fd_section(int fd, const char* name, char* out, size_t out_size);
 
 }  // namespace fsdpskip

@@ -123,6 +123,7 @@ Options resolve_options(EnvLookup lookup, void* context) {
   options.report_template = lookup(option_of(OptionRole::kReport).name, context);
   if (options.report_template != nullptr && *options.report_template == '\0') options.report_template = nullptr;
   options.plugin_path = lookup(option_of(OptionRole::kPlugin).name, context);
+  options.cache_home = lookup(option_of(OptionRole::kPluginCache).name, context);
   options.active = options.local_rank >= 1;
 
   if (local_rank_from == nullptr) explain(&options, "%s, no local rank variable is set", why);

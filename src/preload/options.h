@@ -24,6 +24,7 @@ struct Options {
   fsdpskip_log_level log_level = FSDPSKIP_LOG_SUMMARY;
   const char* report_template = nullptr;
   const char* plugin_path = nullptr;  // FSDPSKIP_PLUGIN override
+  const char* cache_home = nullptr;   // XDG_CACHE_HOME: the user's plugin cache
   // Set when a variable was malformed: the process stays inert and prints it.
   char error[320] = {0};
   // Why the process is active or not, for FSDPSKIP_LOG=debug and the doctor:

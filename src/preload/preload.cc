@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common/libraries.h"
 #include "../common/torch_identity.h"
 #include "elf_identity.h"
 #include "log.h"
+#include "plugin_search.h"
 #include "preload.h"
 
 namespace fsdpskip {
@@ -22,8 +24,6 @@ bool g_active = false;
 Options g_options;
 
 namespace {
-
-constexpr char kPluginName[] = "libfsdpskip_torch.so";
 
 enum class PluginState { kUntried, kLoaded, kRefused };
 
@@ -38,6 +38,7 @@ bool g_loading = false;
 // Copies of the variables' values: the environment can change under us.
 char g_report_template[PATH_MAX];
 char g_plugin_override[PATH_MAX];
+char g_plugin_cache[PATH_MAX];  // the user's plugin directory ("" when HOME and XDG_CACHE_HOME are not absolute)
 fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI, say_text, false, FSDPSKIP_MODE_ON, FSDPSKIP_LOG_SUMMARY, -1, -1, nullptr};
 
 // Decisions are made one at a time, under this lock; it is never held while
@@ -49,44 +50,67 @@ bool g_exit_registered = false;
 
 const char* environment(const char* name, void*) { return getenv(name); }
 
-void plugin_path(char* out, size_t out_size) {
-  if (g_plugin_override[0]) {
-    snprintf(out, out_size, "%s", g_plugin_override);
-    return;
-  }
+// The preload's own file and its owner (trusted like root: see plugin_search.h).
+void preload_file(char* path, size_t path_size, uid_t* owner) {
   Dl_info self;
-  dladdr(reinterpret_cast<void*>(&plugin_path), &self);
-  const char* slash = strrchr(self.dli_fname, '/');
-  int directory = slash ? static_cast<int>(slash - self.dli_fname) : 1;
-  snprintf(out, out_size, "%.*s/%s", directory, slash ? self.dli_fname : ".", kPluginName);
+  struct stat status;
+  snprintf(path, path_size, "%s", dladdr(reinterpret_cast<void*>(&preload_file), &self) ? self.dli_fname : "");
+  *owner = stat(path, &status) == 0 ? status.st_uid : 0;
+}
+
+// The line for a process whose torch has no plugin anywhere: where fsdpskip
+// looked, what it passed over and why, and the command that builds one.
+void say_no_plugin(const char* preload, const char* torch_path, const char* build_id, const PluginCandidate* candidates,
+                   const PluginExamination* examined, int count) {
+  char looked[2048];
+  int used = 0;
+  for (int i = 0; i < count && used < static_cast<int>(sizeof looked); ++i)
+    used += snprintf(looked + used, sizeof looked - used, "%s%s: %s", i ? "; " : "", plugin_place_name(candidates[i].place),
+                     examined[i].verdict == PluginVerdict::kMissing ? candidates[i].path : examined[i].detail);
+  char command[PATH_MAX];  // <root>/bin/fsdpskip for <root>/lib/libfsdpskip.so
+  snprintf(command, sizeof command, "%s", preload);
+  for (int level = 0; level < 2; ++level)
+    if (char* slash = strrchr(command, '/')) *slash = '\0';
+  snprintf(command + strlen(command), sizeof command - strlen(command), "/bin/fsdpskip");
+  char torch_directory[PATH_MAX];
+  snprintf(torch_directory, sizeof torch_directory, "%.*s",
+           static_cast<int>(strrchr(torch_path, '/') ? strrchr(torch_path, '/') - torch_path : 1), torch_path);
+  say(FSDPSKIP_MESSAGE_WARNING,
+      "no plugin for this process's torch (%s, build-id %s) [%s]; build one with: %s plugin build --libtorch %s; "
+      "inactive in this process",
+      torch_path, build_id[0] ? build_id : "none", looked, access(command, X_OK) == 0 ? command : "fsdpskip",
+      torch_directory);
 }
 
 const fsdpskip_plugin* load_plugin() {
-  char path[PATH_MAX];
-  plugin_path(path, sizeof path);
-  char identity[1024];
-  if (!read_file_section(path, FSDPSKIP_TORCH_ID_SECTION, identity, sizeof identity)) {
-    if (access(path, R_OK) != 0)
-      say(FSDPSKIP_MESSAGE_WARNING, "torch plugin not found at %s (set FSDPSKIP_PLUGIN or reinstall); inactive in this process", path);
-    else
-      say(FSDPSKIP_MESSAGE_WARNING, "%s is not a fsdpskip torch plugin (no %s section); inactive in this process", path,
-                  FSDPSKIP_TORCH_ID_SECTION);
-    return nullptr;
-  }
-  char torch_path[PATH_MAX], loaded_id[128], expected_id[128], expected_version[64];
-  identity_field(identity, "build-id", expected_id, sizeof expected_id);
-  identity_field(identity, "torch", expected_version, sizeof expected_version);
+  char torch_path[PATH_MAX], loaded_id[128];
   if (!loaded_library_identity(library_prefix(Library::kTorchCpu), torch_path, sizeof torch_path, loaded_id, sizeof loaded_id)) {
     say(FSDPSKIP_MESSAGE_WARNING, "no %s is loaded in this process; inactive", library_prefix(Library::kTorchCpu));
     return nullptr;
   }
-  if (strcmp(expected_id, loaded_id) != 0) {
-    say(FSDPSKIP_MESSAGE_WARNING, "plugin %s was built for torch %s (libtorch_cpu build-id %s) but this process runs %s "
-                "(build-id %s); inactive in this process. Rebuild it against this torch (README: "
-                "\"Build against your own torch\")",
-                path, expected_version, expected_id, torch_path, loaded_id[0] ? loaded_id : "none");
+  char preload[PATH_MAX];
+  uid_t install_owner;
+  preload_file(preload, sizeof preload, &install_owner);
+  PluginCandidate candidates[kMaxPluginCandidates];
+  PluginExamination examined[kMaxPluginCandidates];
+  int count = plugin_candidates(g_plugin_override, preload, g_plugin_cache, loaded_id, candidates);
+  const char* path = nullptr;
+  for (int i = 0; i < count && path == nullptr; ++i) {
+    examined[i] = examine_plugin(candidates[i].path, loaded_id, install_owner);
+    if (examined[i].verdict == PluginVerdict::kMatch) path = candidates[i].path;
+    else say(FSDPSKIP_MESSAGE_DEBUG, "passed over %s: %s", plugin_place_name(candidates[i].place), examined[i].detail);
+  }
+  if (path == nullptr) {
+    if (candidates[0].place != PluginPlace::kVariable)
+      say_no_plugin(preload, torch_path, loaded_id, candidates, examined, count);
+    else if (examined[0].verdict == PluginVerdict::kOtherTorch)
+      say(FSDPSKIP_MESSAGE_WARNING, "%s, but this process runs %s (build-id %s); inactive in this process. Rebuild it "
+          "against this torch (fsdpskip plugin build)", examined[0].detail, torch_path, loaded_id[0] ? loaded_id : "none");
+    else
+      say(FSDPSKIP_MESSAGE_WARNING, "FSDPSKIP_PLUGIN: %s; inactive in this process", examined[0].detail);
     return nullptr;
   }
+  say(FSDPSKIP_MESSAGE_DEBUG, "loading the plugin %s", path);
   void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     say(FSDPSKIP_MESSAGE_WARNING, "cannot load %s: %s; inactive in this process", path, dlerror());
@@ -153,8 +177,9 @@ void decide(Options options, const char* cause, bool stated) {
   set_log_level(options.log_level);
   if (options.error[0]) say(FSDPSKIP_MESSAGE_ERROR, "%s", options.error);
   copy_value(g_plugin_override, sizeof g_plugin_override, options.plugin_path);
+  cache_plugin_directory(options.cache_home, getenv("HOME"), g_plugin_cache, sizeof g_plugin_cache);
   const char* report_template = options.report_template;
-  options.report_template = options.plugin_path = nullptr;
+  options.report_template = options.plugin_path = options.cache_home = nullptr;
   g_options = options;
   bool opens_loading = options.active && (!was_active || stated);
   if (cause == nullptr || was_active != options.active || opens_loading)

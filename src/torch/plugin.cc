@@ -13,9 +13,10 @@
 #error "FSDPSKIP_TORCH_IDENTITY must name the libtorch this plugin is built for"
 #endif
 
-// Read by the preload from the file, before it decides to dlopen us.
+// Read by the preload from the file, before it decides to dlopen us: the
+// libtorch we are built for and the plugin ABI we speak.
 __attribute__((section(FSDPSKIP_TORCH_ID_SECTION), used)) static const char kTorchIdentity[] =
-    FSDPSKIP_TORCH_IDENTITY;
+    FSDPSKIP_TORCH_IDENTITY "abi=" FSDPSKIP_PLUGIN_ABI_TEXT "\n";
 
 namespace fsdpskip {
 namespace {

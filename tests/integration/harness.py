@@ -81,7 +81,12 @@ def foreign_plugin(directory):
     foreign = os.path.join(str(directory), "libfsdpskip_torch.so")
     shutil.copy(PLUGIN, foreign)
     identity = os.path.join(str(directory), "identity")
+    subprocess.run(["objcopy", "--dump-section", ".fsdpskip_torch_id=%s" % identity, foreign], check=True)
+    with open(identity) as f:  # the same plugin ABI, another torch
+        lines = [line for line in f.read().rstrip("\0").splitlines() if line.split("=")[0] not in
+                 ("build-id", "torch", "libtorch")]
     with open(identity, "w") as f:
-        f.write("build-id=00000000000000000000000000000000deadbeef\ntorch=9.9.9\nlibtorch=/elsewhere\n")
+        f.write("build-id=00000000000000000000000000000000deadbeef\ntorch=9.9.9\nlibtorch=/elsewhere\n" +
+                "".join(line + "\n" for line in lines))
     subprocess.run(["objcopy", "--update-section", ".fsdpskip_torch_id=%s" % identity, foreign], check=True)
     return foreign

@@ -2,10 +2,11 @@
 and the user's program runs untouched."""
 import json
 import os
+import shutil
 
 import pytest
 
-from harness import PYTHON, SCENARIOS, foreign_plugin, fsdpskip_lines, run
+from harness import PLUGIN, PYTHON, SCENARIOS, foreign_plugin, fsdpskip_lines, run
 
 
 def plain_output():
@@ -32,7 +33,7 @@ def test_missing_plugin_is_one_line_and_inert(tmp_path):
                FSDPSKIP_PLUGIN=str(tmp_path / "nowhere.so"))
     assert done.returncode == 0 and done.stdout == plain_output()
     lines = fsdpskip_lines(done.stderr)
-    assert len(lines) == 1 and "torch plugin not found at %s" % (tmp_path / "nowhere.so") in lines[0], done.stderr
+    assert len(lines) == 1 and "FSDPSKIP_PLUGIN: %s does not exist" % (tmp_path / "nowhere.so") in lines[0], done.stderr
 
 
 def test_plugin_built_for_another_torch_is_refused_before_loading(tmp_path):
@@ -53,6 +54,34 @@ def test_file_that_is_not_a_plugin_is_refused(tmp_path):
     done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_PLUGIN=str(bogus))
     assert done.returncode == 0 and done.stdout == plain_output()
     assert len(fsdpskip_lines(done.stderr)) == 1 and "is not a fsdpskip torch plugin" in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_plugin_path_that_is_no_file_is_one_line_and_never_waited_on(tmp_path, kind):
+    """Opening a FIFO for reading blocks until a writer comes: the preload
+    must refuse it without opening it that way (it hung before)."""
+    path = {"fifo": str(tmp_path / "fifo"), "directory": str(tmp_path), "device": "/dev/zero"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_PLUGIN=path)
+    assert done.returncode == 0 and done.stdout == plain_output()
+    lines = fsdpskip_lines(done.stderr)
+    assert len(lines) == 1 and "%s is not a regular file" % path in lines[0], done.stderr
+
+
+def test_plugin_that_other_users_can_write_is_never_loaded(tmp_path):
+    plugin = tmp_path / "libfsdpskip_torch.so"
+    shutil.copy(PLUGIN, str(plugin))
+    for path, mode, needle in [(plugin, 0o666, "%s is writable by group or others" % plugin),
+                               (tmp_path, 0o777, "directory %s is writable by group or others" % tmp_path)]:
+        os.chmod(str(plugin), 0o644)
+        os.chmod(str(tmp_path), 0o755)
+        os.chmod(str(path), mode)
+        done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_PLUGIN=str(plugin))
+        assert done.returncode == 0 and done.stdout == plain_output()
+        lines = fsdpskip_lines(done.stderr)
+        assert len(lines) == 1 and needle in lines[0] and "inactive" in lines[0], done.stderr
+    os.chmod(str(tmp_path), 0o755)
 
 
 def test_unwritable_report_path_is_one_line_and_exit_status_kept(tmp_path):

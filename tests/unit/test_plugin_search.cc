@@ -1,0 +1,142 @@
+// Where the preload looks for a plugin, and which files it refuses before
+// loading anything: against the real plugin of this build and real files.
+#include "plugin_search.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+namespace fsdpskip {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A private directory with a copy of this build's plugin in it.
+class PluginCopy : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = testing::TempDir() + "/plugin-search.XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    directory_ = pattern;
+    chmod(directory_.c_str(), 0755);
+    plugin_ = directory_ + "/" + kPluginFileName;
+    fs::copy_file(FSDPSKIP_PLUGIN, plugin_);
+    chmod(plugin_.c_str(), 0644);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+  PluginExamination examine(const std::string& path, const char* build_id = FSDPSKIP_TORCH_BUILD_ID) {
+    return examine_plugin(path.c_str(), build_id, geteuid());
+  }
+  std::string directory_, plugin_;
+};
+
+TEST(PluginSearch, OrderIsBesideThenInstallThenCache) {
+  PluginCandidate found[kMaxPluginCandidates];
+  ASSERT_EQ(plugin_candidates(nullptr, "/opt/fsdpskip/lib/libfsdpskip.so", "/home/u/.cache/fsdpskip/plugins", "abc",
+                              found),
+            3);
+  EXPECT_EQ(found[0].place, PluginPlace::kBeside);
+  EXPECT_STREQ(found[0].path, "/opt/fsdpskip/lib/libfsdpskip_torch.so");
+  EXPECT_EQ(found[1].place, PluginPlace::kInstall);
+  EXPECT_STREQ(found[1].path, "/opt/fsdpskip/lib/fsdpskip/plugins/abc/libfsdpskip_torch.so");
+  EXPECT_EQ(found[2].place, PluginPlace::kCache);
+  EXPECT_STREQ(found[2].path, "/home/u/.cache/fsdpskip/plugins/abc/libfsdpskip_torch.so");
+}
+
+TEST(PluginSearch, TheVariableIsTheOnlyPlaceWhenSet) {
+  PluginCandidate found[kMaxPluginCandidates];
+  ASSERT_EQ(plugin_candidates("/x/p.so", "/opt/lib/libfsdpskip.so", "/c", "abc", found), 1);
+  EXPECT_EQ(found[0].place, PluginPlace::kVariable);
+  EXPECT_STREQ(found[0].path, "/x/p.so");
+  // Set but empty: as if unset; no cache directory: no cache place.
+  EXPECT_EQ(plugin_candidates("", "/opt/lib/libfsdpskip.so", "", "abc", found), 2);
+}
+
+TEST(PluginSearch, CacheFollowsXdgThenHomeAndOnlyAbsolutePaths) {
+  char out[PATH_MAX];
+  cache_plugin_directory("/xdg", "/home/u", out, sizeof out);
+  EXPECT_STREQ(out, "/xdg/fsdpskip/plugins");
+  cache_plugin_directory("relative", "/home/u", out, sizeof out);
+  EXPECT_STREQ(out, "/home/u/.cache/fsdpskip/plugins");
+  cache_plugin_directory(nullptr, "", out, sizeof out);
+  EXPECT_STREQ(out, "");
+}
+
+TEST(PluginSearch, PathsThatDoNotFitAreLeftOutNotCut) {
+  std::string deep = "/" + std::string(PATH_MAX - 10, 'd');
+  PluginCandidate found[kMaxPluginCandidates];
+  int count = plugin_candidates(nullptr, "/opt/lib/libfsdpskip.so", deep.c_str(), "abc", found);
+  EXPECT_EQ(count, 2);  // beside and install; the cache path would be longer than PATH_MAX
+  for (int i = 0; i < count; ++i) EXPECT_NE(found[i].place, PluginPlace::kCache);
+}
+
+TEST_F(PluginCopy, ThisBuildsPluginMatchesItsTorch) {
+  PluginExamination result = examine(plugin_);
+  EXPECT_EQ(result.verdict, PluginVerdict::kMatch) << result.detail;
+  EXPECT_STREQ(result.build_id, FSDPSKIP_TORCH_BUILD_ID);
+}
+
+TEST_F(PluginCopy, AnotherTorchsBuildIdIsRefused) {
+  PluginExamination result = examine(plugin_, "00000000000000000000000000000000deadbeef");
+  EXPECT_EQ(result.verdict, PluginVerdict::kOtherTorch);
+  EXPECT_NE(std::string(result.detail).find(FSDPSKIP_TORCH_BUILD_ID), std::string::npos) << result.detail;
+}
+
+TEST_F(PluginCopy, AFileOthersCanWriteIsRefused) {
+  chmod(plugin_.c_str(), 0666);
+  PluginExamination result = examine(plugin_);
+  EXPECT_EQ(result.verdict, PluginVerdict::kUnsafe);
+  EXPECT_NE(std::string(result.detail).find("writable by group or others"), std::string::npos) << result.detail;
+}
+
+TEST_F(PluginCopy, ADirectoryOthersCanWriteIsRefusedUnlessSticky) {
+  chmod(directory_.c_str(), 0777);
+  PluginExamination result = examine(plugin_);
+  EXPECT_EQ(result.verdict, PluginVerdict::kUnsafe);
+  EXPECT_NE(std::string(result.detail).find("directory " + fs::canonical(directory_).string()), std::string::npos)
+      << result.detail;
+  chmod(directory_.c_str(), 01777);  // /tmp's mode: other users cannot replace our entries
+  EXPECT_EQ(examine(plugin_).verdict, PluginVerdict::kMatch) << examine(plugin_).detail;
+}
+
+TEST_F(PluginCopy, AFileOfAnotherOwnerIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "changing a file's owner needs root";
+  ASSERT_EQ(chown(plugin_.c_str(), 65534, 65534), 0);  // nobody
+  PluginExamination result = examine(plugin_);
+  EXPECT_EQ(result.verdict, PluginVerdict::kUnsafe);
+  EXPECT_NE(std::string(result.detail).find("owned by another user"), std::string::npos) << result.detail;
+  // Unless that user owns the install itself (it controls the preload anyway).
+  EXPECT_EQ(examine_plugin(plugin_.c_str(), FSDPSKIP_TORCH_BUILD_ID, 65534).verdict, PluginVerdict::kMatch);
+}
+
+TEST_F(PluginCopy, AFifoADirectoryAndAnEmptyFileAreRefusedWithoutBlocking) {
+  std::string fifo = directory_ + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_EQ(examine(fifo).verdict, PluginVerdict::kUnsafe);  // opened without blocking: no writer needed
+  EXPECT_EQ(examine(directory_).verdict, PluginVerdict::kUnsafe);
+  EXPECT_EQ(examine("/dev/zero").verdict, PluginVerdict::kUnsafe);
+  std::string empty = directory_ + "/empty.so";
+  fclose(fopen(empty.c_str(), "w"));
+  chmod(empty.c_str(), 0644);
+  EXPECT_EQ(examine(empty).verdict, PluginVerdict::kNotPlugin);
+  EXPECT_EQ(examine(directory_ + "/absent.so").verdict, PluginVerdict::kMissing);
+}
+
+TEST_F(PluginCopy, APluginOfAnotherAbiIsRefusedBeforeLoading) {
+  std::string identity = directory_ + "/identity";
+  FILE* f = fopen(identity.c_str(), "w");
+  fprintf(f, "build-id=%s\ntorch=x\nlibtorch=/x\nabi=4\n", FSDPSKIP_TORCH_BUILD_ID);
+  fclose(f);
+  std::string command = "objcopy --update-section .fsdpskip_torch_id=" + identity + " " + plugin_;
+  ASSERT_EQ(system(command.c_str()), 0);
+  chmod(plugin_.c_str(), 0644);
+  PluginExamination result = examine(plugin_);
+  EXPECT_EQ(result.verdict, PluginVerdict::kOtherAbi);
+  EXPECT_NE(std::string(result.detail).find("plugin ABI 4"), std::string::npos) << result.detail;
+}
+
+}  // namespace
+}  // namespace fsdpskip
