@@ -1,6 +1,7 @@
 """The modulefiles under the real Lmod and the real Environment Modules
-(Debian's lmod and environment-modules, which conflict: tools/test installs
-and runs one, then the other, and names the one it expects in
+(Debian's lmod and environment-modules, which conflict: tools/test runs this
+with the host's module system, then with Lmod inside the site root, never
+swapping the host's, and names the one it expects in
 FSDPSKIP_MODULES_REQUIRED so a missing one fails instead of skipping).
 
 Each test installs the tree with `cmake --install`, then drives a bash

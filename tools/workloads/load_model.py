@@ -189,6 +189,10 @@ def main():
     args = parser.parse_args()
 
     torch.set_num_threads(1)
+    # srun starts each task with SLURM_PROCID and SLURM_NTASKS, not
+    # torchrun's RANK and WORLD_SIZE (as training scripts do, take those).
+    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"])
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(1234)
@@ -211,7 +215,7 @@ def main():
     model = sync(model, args.sync, mesh)
     result = {
         "rank": rank,
-        "local_rank": int(os.environ.get("LOCAL_RANK", rank)),
+        "local_rank": int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank))),
         "size": args.size,
         "style": args.style,
         "model_bytes": model_bytes(model),

@@ -1,0 +1,59 @@
+"""EasyBuild (from PyPI, under Lmod, inside the site root) builds fsdpskip
+from the repository's easyconfig (env/easybuild) and a local source tarball,
+and the module it generates gives a working `fsdpskip`: doctor passes for
+the root's torch and a job on local rank 1 skips.
+
+  FSDPSKIP_BUILD_DIR  unused here (EasyBuild builds from the sources)
+"""
+import os
+import subprocess
+import tarfile
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EASYCONFIG = os.path.join(SOURCE, "env", "easybuild", "fsdpskip-0.1.0.eb")
+EB = "/opt/easybuild/bin/eb"
+LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
+SCENARIOS = os.path.join(SOURCE, "tests", "integration", "scenarios.py")
+# What a release tarball holds: everything the CMake project needs without its tests.
+RELEASED = ("CMakeLists.txt", "README.md", "cmake", "env", "src", "tools/bench/calls.cc")
+
+
+def source_tarball(directory):
+    """fsdpskip-0.1.0.tar.gz where EasyBuild looks: <sourcepath>/f/fsdpskip/."""
+    target = os.path.join(directory, "f", "fsdpskip")
+    os.makedirs(target)
+    path = os.path.join(target, "fsdpskip-0.1.0.tar.gz")
+    with tarfile.open(path, "w:gz") as tar:
+        for name in RELEASED:
+            tar.add(os.path.join(SOURCE, name), arcname="fsdpskip-0.1.0/" + name,
+                    filter=lambda info: None if "__pycache__" in info.name else info)
+    return path
+
+
+def bash(script, **variables):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LMOD", "MODULE", "__LMOD", "_ModuleTable"))}
+    env.update(variables)
+    return subprocess.run(["bash", "-c", "set -e\nsource %s\n%s" % (LMOD_INIT, script)], env=env,
+                          capture_output=True, text=True, timeout=3600)
+
+
+def test_easybuild_builds_a_module_whose_fsdpskip_works(tmp_path):
+    sources, install = str(tmp_path / "sources"), str(tmp_path / "easybuild")
+    source_tarball(sources)
+    # eb runs with the first python on PATH that imports easybuild: the venv's.
+    built = bash("PATH=/opt/easybuild/bin:$PATH %s %s --sourcepath=%s --installpath=%s --buildpath=%s --tmpdir=%s --modules-tool=Lmod "
+                 "--module-syntax=Lua --allow-use-as-root-and-accept-consequences"
+                 % (EB, EASYCONFIG, sources, install, tmp_path / "build", tmp_path / "tmp"))
+    assert built.returncode == 0 and "COMPLETED: Installation ended successfully" in built.stdout, \
+        built.stdout[-4000:] + built.stderr[-2000:]
+    module = os.path.join(install, "modules", "all", "fsdpskip", "0.1.0.lua")
+    assert os.path.exists(module), built.stdout[-2000:]
+
+    used = bash("module use %s/modules/all\nmodule load fsdpskip/0.1.0\ncommand -v fsdpskip\n"
+                "fsdpskip doctor --python /usr/bin/python3\n"
+                "LOCAL_RANK=1 fsdpskip run --mode on -- python3 %s hf_init_weights >/dev/null" % (install, SCENARIOS))
+    assert used.returncode == 0, used.stdout[-3000:] + used.stderr[-3000:]
+    assert used.stdout.splitlines()[0] == os.path.join(install, "software", "fsdpskip", "0.1.0", "bin", "fsdpskip")
+    assert "verdict: fsdpskip can work with this torch" in used.stdout, used.stdout
+    assert "local rank 1 pid" in used.stderr and "pending 0" in used.stderr, used.stderr
+    print(built.stdout[-1500:])
