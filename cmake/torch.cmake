@@ -7,7 +7,26 @@ if(Torch_DIR)
   get_filename_component(FSDPSKIP_TORCH_PREFIX "${Torch_DIR}/../../.." ABSOLUTE)
   list(PREPEND CMAKE_PREFIX_PATH "${FSDPSKIP_TORCH_PREFIX}")
 endif()
-find_package(Torch REQUIRED)
+# A LibTorch laid out as PyPI's wheels and LibTorch archives have it
+# (include/, lib/, share/cmake/Torch/) is used directly: what its
+# TorchConfig.cmake would set (version, include directories, TORCH_CXX_FLAGS)
+# is read from it, not run, because a CUDA build's config insists on a CUDA
+# toolkit that the plugin, linking libtorch_cpu and libc10 alone, never uses
+# (a GPU node's venv often has none). Any other layout (Debian's) goes
+# through find_package(Torch).
+if(FSDPSKIP_TORCH_PREFIX AND EXISTS "${FSDPSKIP_TORCH_PREFIX}/include/torch/csrc/api/include"
+   AND EXISTS "${FSDPSKIP_TORCH_PREFIX}/lib/libtorch_cpu.so"
+   AND EXISTS "${Torch_DIR}/TorchConfigVersion.cmake" AND EXISTS "${Torch_DIR}/TorchConfig.cmake")
+  file(STRINGS "${Torch_DIR}/TorchConfigVersion.cmake" version_line REGEX "set\\(PACKAGE_VERSION \"[^\"]+\"\\)")
+  string(REGEX REPLACE ".*\"([^\"]+)\".*" "\\1" Torch_VERSION "${version_line}")
+  file(STRINGS "${Torch_DIR}/TorchConfig.cmake" flags_line REGEX "set\\(TORCH_CXX_FLAGS \"[^\"]*\"\\)")
+  string(REGEX REPLACE ".*\"([^\"]*)\".*" "\\1" TORCH_CXX_FLAGS "${flags_line}")
+  set(TORCH_INSTALL_PREFIX "${FSDPSKIP_TORCH_PREFIX}")
+  set(TORCH_INCLUDE_DIRS "${TORCH_INSTALL_PREFIX}/include" "${TORCH_INSTALL_PREFIX}/include/torch/csrc/api/include")
+  message(STATUS "fsdpskip: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}, used directly (flags: ${TORCH_CXX_FLAGS})")
+else()
+  find_package(Torch REQUIRED)
+endif()
 
 # torch 2.14's headers need C++20; 1.13 and 2.6 build as C++17.
 if(Torch_VERSION VERSION_GREATER_EQUAL 2.10)

@@ -3,8 +3,8 @@ every torch"): `fsdpskip plugin build` puts a plugin per libtorch build-id
 where the preload looks, and a job of each torch skips with its own plugin.
 
 Three torches: Debian 12's 1.13.1 (plugin into the install, --system), PyPI's
-in the pip venv (into the user's cache, by the very command the preload's
-warning names) and a Debian root's 2.x (built and run inside the root, from
+CUDA build in the pip venv (into the user's cache, by the very command the
+preload's warning names, with no CUDA toolkit to be found) and a Debian root's 2.x (built and run inside the root, from
 the same install, seen there through the checkout's mount at /src).
 
 Run by tools/test after the roots and the venv exist:
@@ -48,6 +48,16 @@ def host(argv, **variables):
     env = without_policy(os.environ)
     env.update(XDG_CACHE_HOME=CACHE, **variables)
     return subprocess.run(argv, env=env, cwd=SOURCE, capture_output=True, text=True, timeout=1800)
+
+
+def without_cuda_toolkit(argv):
+    """`argv` where no CUDA toolkit can be found, as on a GPU node whose venv
+    has PyPI's CUDA torch and nothing else: /usr/local/cuda hidden under an
+    empty tmpfs in a mount namespace of its own, no CUDA variable, no nvcc."""
+    hide = "mount -t tmpfs tmpfs /usr/local/cuda && " if os.path.isdir("/usr/local/cuda") else ""
+    path = ":".join(p for p in os.environ["PATH"].split(":") if "cuda" not in p)
+    return host(["unshare", "-m", "sh", "-c", hide + 'exec "$@"', "sh"] + argv, PATH=path, CUDA_HOME="",
+                CUDA_PATH="", CUDACXX="")
 
 
 def in_root(argv, **variables):
@@ -102,7 +112,7 @@ def test_a_torch_without_a_plugin_is_told_the_command_that_builds_it():
     assert len(warnings) == 1 and "no plugin for this process's torch" in warnings[0], before.stderr
     command = warnings[0].split("build one with: ", 1)[1].split("; inactive")[0].split()
     assert command[:3] == [PREFIX + "/bin/fsdpskip", "plugin", "build"], command
-    built = host(command)  # exactly what the line says
+    built = without_cuda_toolkit(command)  # exactly what the line says, on a "GPU node" without a toolkit
     assert built.returncode == 0, built.stdout + built.stderr
     expected = os.path.join(CACHE, "fsdpskip", "plugins", build_id_of(PIP_PYTHON), "libfsdpskip_torch.so")
     assert built.stdout.strip().endswith(expected), built.stdout
