@@ -4,130 +4,165 @@
 
 #include <elf.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
-#include <memory>
+#include <string_view>
 
 namespace fsdpskip::cli {
 namespace {
 
-// An open ELF file; closes both the descriptor and libelf's handle.
-class ElfHandle {
+// A 64-bit little-endian ELF file mapped read-only; every access is checked
+// against the file's size, so a truncated or corrupt file is an error, never
+// a crash.
+class MappedElf {
  public:
-  ElfHandle(const std::string& path, std::string* error) {
-    if (elf_version(EV_CURRENT) == EV_NONE) {
-      *error = "libelf is too old";
-      return;
-    }
-    fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
+  MappedElf(const std::string& path, std::string* error) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
       *error = "cannot open " + path + ": " + strerror(errno);
       return;
     }
-    elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
-    if (elf_ == nullptr || elf_kind(elf_) != ELF_K_ELF) {
+    struct stat status;
+    if (fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+      *error = path + " is not a regular file";
+    } else if (static_cast<size_t>(status.st_size) < sizeof(Elf64_Ehdr)) {
       *error = path + " is not an ELF file";
-      close_all();
+    } else {
+      size_ = status.st_size;
+      void* mapped = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (mapped == MAP_FAILED) *error = "cannot map " + path + ": " + strerror(errno);
+      else file_ = static_cast<const char*>(mapped);
+    }
+    close(fd);
+    if (file_ == nullptr) return;
+    const auto* header = reinterpret_cast<const Elf64_Ehdr*>(file_);
+    if (memcmp(header->e_ident, ELFMAG, SELFMAG) != 0) {
+      *error = path + " is not an ELF file";
+    } else if (header->e_ident[EI_CLASS] != ELFCLASS64 || header->e_ident[EI_DATA] != ELFDATA2LSB ||
+               header->e_shentsize != sizeof(Elf64_Shdr) || header->e_shoff > size_) {
+      *error = path + " is not a 64-bit little-endian ELF file";
+    } else {
+      sections_ = reinterpret_cast<const Elf64_Shdr*>(file_ + header->e_shoff);
+      count_ = header->e_shnum;
+      names_ = header->e_shstrndx;
+      // Extended numbering: the real values live in section 0.
+      if (header->e_shoff + sizeof(Elf64_Shdr) <= size_) {
+        if (count_ == 0) count_ = sections_[0].sh_size;
+        if (names_ == SHN_XINDEX) names_ = sections_[0].sh_link;
+      }
+      if (count_ > (size_ - header->e_shoff) / sizeof(Elf64_Shdr)) {
+        *error = path + " is truncated (its section table runs past the end)";
+        count_ = 0;
+      } else {
+        valid_ = true;
+      }
     }
   }
-  ~ElfHandle() { close_all(); }
-  ElfHandle(const ElfHandle&) = delete;
-  ElfHandle& operator=(const ElfHandle&) = delete;
+  ~MappedElf() {
+    if (file_ != nullptr) munmap(const_cast<char*>(file_), size_);
+  }
+  MappedElf(const MappedElf&) = delete;
+  MappedElf& operator=(const MappedElf&) = delete;
 
-  Elf* get() const { return elf_; }
+  bool valid() const { return valid_; }
+  size_t count() const { return count_; }
+  size_t names() const { return names_; }
+  const Elf64_Shdr* section(size_t index) const { return index < count_ ? &sections_[index] : nullptr; }
 
-  // Calls visit(section, header) for every section.
-  template <typename Visit>
-  void for_each_section(Visit visit) const {
-    for (Elf_Scn* section = elf_nextscn(elf_, nullptr); section; section = elf_nextscn(elf_, section)) {
-      GElf_Shdr header;
-      if (gelf_getshdr(section, &header)) visit(section, header);
-    }
+  // A section's bytes; empty when it has none in the file or they run past its end.
+  std::string_view contents(const Elf64_Shdr& section) const {
+    if (section.sh_type == SHT_NOBITS || section.sh_offset > size_ || section.sh_size > size_ - section.sh_offset)
+      return {};
+    return {file_ + section.sh_offset, section.sh_size};
+  }
+
+  // Entry `index` of a table section of T, or nullptr.
+  template <typename T>
+  const T* entry(const Elf64_Shdr& table, size_t index) const {
+    std::string_view bytes = contents(table);
+    size_t size = table.sh_entsize ? table.sh_entsize : sizeof(T);
+    if (size < sizeof(T) || index >= bytes.size() / size) return nullptr;
+    return reinterpret_cast<const T*>(bytes.data() + index * size);
+  }
+  template <typename T>
+  size_t entries(const Elf64_Shdr& table) const {
+    size_t size = table.sh_entsize ? table.sh_entsize : sizeof(T);
+    return size < sizeof(T) ? 0 : contents(table).size() / size;
+  }
+
+  // The NUL-terminated string at `offset` of string table `index`, or nullptr.
+  const char* string(size_t index, size_t offset) const {
+    const Elf64_Shdr* table = section(index);
+    if (table == nullptr) return nullptr;
+    std::string_view bytes = contents(*table);
+    if (offset >= bytes.size() || memchr(bytes.data() + offset, '\0', bytes.size() - offset) == nullptr) return nullptr;
+    return bytes.data() + offset;
   }
 
  private:
-  void close_all() {
-    if (elf_) elf_end(elf_);
-    if (fd_ >= 0) close(fd_);
-    elf_ = nullptr;
-    fd_ = -1;
-  }
-  int fd_ = -1;
-  Elf* elf_ = nullptr;
+  const char* file_ = nullptr;
+  size_t size_ = 0;
+  const Elf64_Shdr* sections_ = nullptr;
+  size_t count_ = 0, names_ = 0;
+  bool valid_ = false;
 };
 
-std::string hex(const unsigned char* bytes, size_t count) {
-  std::string text(2 * count + 1, '\0');
-  hex_text(bytes, count, text.data(), text.size());
-  text.pop_back();
-  return text;
-}
+size_t align4(size_t n) { return (n + 3) & ~size_t{3}; }
 
-std::string build_id_of(Elf_Scn* section) {
-  Elf_Data* data = elf_getdata(section, nullptr);
-  size_t offset = 0, name_offset, desc_offset;
-  GElf_Nhdr note;
-  while (data && (offset = gelf_getnote(data, offset, &note, &name_offset, &desc_offset)) > 0) {
-    const char* name = static_cast<const char*>(data->d_buf) + name_offset;
-    if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && memcmp(name, "GNU", 4) == 0)
-      return hex(static_cast<const unsigned char*>(data->d_buf) + desc_offset, note.n_descsz);
+std::string build_id_of(std::string_view notes) {
+  for (size_t at = 0; at + sizeof(Elf64_Nhdr) <= notes.size();) {
+    const auto* note = reinterpret_cast<const Elf64_Nhdr*>(notes.data() + at);
+    size_t name = at + sizeof *note, desc = name + align4(note->n_namesz);
+    if (desc > notes.size() || note->n_descsz > notes.size() - desc) break;
+    if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && memcmp(notes.data() + name, "GNU", 4) == 0) {
+      std::string text(2 * note->n_descsz + 1, '\0');
+      hex_text(reinterpret_cast<const unsigned char*>(notes.data() + desc), note->n_descsz, text.data(), text.size());
+      text.pop_back();
+      return text;
+    }
+    at = desc + align4(note->n_descsz);
   }
   return "";
 }
 
-// The symbols of the dynamic symbol table `symtab` (its section header).
-void read_dynamic_symbols(Elf* elf, Elf_Scn* section, const GElf_Shdr& header, ElfFacts* facts) {
-  Elf_Data* data = elf_getdata(section, nullptr);
-  size_t count = header.sh_entsize ? header.sh_size / header.sh_entsize : 0;
-  for (size_t i = 1; data && i < count; ++i) {
-    GElf_Sym symbol;
-    if (!gelf_getsym(data, static_cast<int>(i), &symbol) || symbol.st_shndx == SHN_UNDEF) continue;
-    int binding = GELF_ST_BIND(symbol.st_info), visibility = GELF_ST_VISIBILITY(symbol.st_other);
+void read_dynamic_symbols(const MappedElf& elf, const Elf64_Shdr& table, ElfFacts* facts) {
+  for (size_t i = 1; i < elf.entries<Elf64_Sym>(table); ++i) {
+    const Elf64_Sym* symbol = elf.entry<Elf64_Sym>(table, i);
+    if (symbol->st_shndx == SHN_UNDEF) continue;
+    int binding = ELF64_ST_BIND(symbol->st_info), visibility = ELF64_ST_VISIBILITY(symbol->st_other);
     if (binding != STB_GLOBAL && binding != STB_WEAK) continue;
     if (visibility != STV_DEFAULT && visibility != STV_PROTECTED) continue;
-    const char* name = elf_strptr(elf, header.sh_link, symbol.st_name);
+    const char* name = elf.string(table.sh_link, symbol->st_name);
     if (name == nullptr) continue;
     facts->exported.insert(name);
     if (visibility == STV_PROTECTED) facts->protected_.insert(name);
   }
 }
 
-// Names the symbols that the relocations in `section` refer to.
-void read_relocations(Elf* elf, Elf_Scn* section, const GElf_Shdr& header, ElfFacts* facts) {
-  Elf_Scn* symbols_section = elf_getscn(elf, header.sh_link);
-  GElf_Shdr symbols_header;
-  if (symbols_section == nullptr || !gelf_getshdr(symbols_section, &symbols_header)) return;
-  Elf_Data* symbols = elf_getdata(symbols_section, nullptr);
-  Elf_Data* data = elf_getdata(section, nullptr);
-  size_t count = header.sh_entsize ? header.sh_size / header.sh_entsize : 0;
-  for (size_t i = 0; data && symbols && i < count; ++i) {
-    size_t index;
-    if (header.sh_type == SHT_RELA) {
-      GElf_Rela relocation;
-      if (!gelf_getrela(data, static_cast<int>(i), &relocation)) continue;
-      index = GELF_R_SYM(relocation.r_info);
-    } else {
-      GElf_Rel relocation;
-      if (!gelf_getrel(data, static_cast<int>(i), &relocation)) continue;
-      index = GELF_R_SYM(relocation.r_info);
-    }
-    GElf_Sym symbol;
-    if (index == 0 || !gelf_getsym(symbols, static_cast<int>(index), &symbol)) continue;
-    if (const char* name = elf_strptr(elf, symbols_header.sh_link, symbol.st_name)) facts->relocated.insert(name);
+// Names the symbols that the relocations in `table` refer to.
+void read_relocations(const MappedElf& elf, const Elf64_Shdr& table, ElfFacts* facts) {
+  const Elf64_Shdr* symbols = elf.section(table.sh_link);
+  if (symbols == nullptr) return;
+  bool rela = table.sh_type == SHT_RELA;
+  size_t count = rela ? elf.entries<Elf64_Rela>(table) : elf.entries<Elf64_Rel>(table);
+  for (size_t i = 0; i < count; ++i) {
+    size_t index = rela ? ELF64_R_SYM(elf.entry<Elf64_Rela>(table, i)->r_info)
+                        : ELF64_R_SYM(elf.entry<Elf64_Rel>(table, i)->r_info);
+    const Elf64_Sym* symbol = index ? elf.entry<Elf64_Sym>(*symbols, index) : nullptr;
+    if (symbol == nullptr) continue;
+    if (const char* name = elf.string(symbols->sh_link, symbol->st_name)) facts->relocated.insert(name);
   }
 }
 
-bool is_symbolic(Elf_Scn* section, const GElf_Shdr& header) {
-  Elf_Data* data = elf_getdata(section, nullptr);
-  size_t count = header.sh_entsize ? header.sh_size / header.sh_entsize : 0;
-  for (size_t i = 0; data && i < count; ++i) {
-    GElf_Dyn entry;
-    if (!gelf_getdyn(data, static_cast<int>(i), &entry)) continue;
-    if (entry.d_tag == DT_SYMBOLIC) return true;
-    if (entry.d_tag == DT_FLAGS && (entry.d_un.d_val & DF_SYMBOLIC)) return true;
+bool is_symbolic(const MappedElf& elf, const Elf64_Shdr& table) {
+  for (size_t i = 0; i < elf.entries<Elf64_Dyn>(table); ++i) {
+    const Elf64_Dyn* entry = elf.entry<Elf64_Dyn>(table, i);
+    if (entry->d_tag == DT_SYMBOLIC) return true;
+    if (entry->d_tag == DT_FLAGS && (entry->d_un.d_val & DF_SYMBOLIC)) return true;
   }
   return false;
 }
@@ -135,48 +170,44 @@ bool is_symbolic(Elf_Scn* section, const GElf_Shdr& header) {
 }  // namespace
 
 std::optional<ElfFacts> read_elf_facts(const std::string& path, std::string* error) {
-  ElfHandle elf(path, error);
-  if (elf.get() == nullptr) return std::nullopt;
+  MappedElf elf(path, error);
+  if (!elf.valid()) return std::nullopt;
   ElfFacts facts;
-  elf.for_each_section([&](Elf_Scn* section, const GElf_Shdr& header) {
-    switch (header.sh_type) {
+  for (size_t i = 0; i < elf.count(); ++i) {
+    const Elf64_Shdr& section = *elf.section(i);
+    switch (section.sh_type) {
       case SHT_NOTE:
-        if (facts.build_id.empty()) facts.build_id = build_id_of(section);
+        if (facts.build_id.empty()) facts.build_id = build_id_of(elf.contents(section));
         break;
       case SHT_DYNSYM:
-        read_dynamic_symbols(elf.get(), section, header, &facts);
+        read_dynamic_symbols(elf, section, &facts);
         break;
       case SHT_RELA:
       case SHT_REL:
         // Only relocations the dynamic linker applies (those against .dynsym).
-        if (header.sh_flags & SHF_ALLOC) read_relocations(elf.get(), section, header, &facts);
+        if (section.sh_flags & SHF_ALLOC) read_relocations(elf, section, &facts);
         break;
       case SHT_DYNAMIC:
-        facts.symbolic = is_symbolic(section, header);
+        facts.symbolic = is_symbolic(elf, section);
         break;
     }
-  });
+  }
   return facts;
 }
 
 std::optional<std::string> read_elf_section(const std::string& path, const std::string& name, std::string* error) {
-  ElfHandle elf(path, error);
-  if (elf.get() == nullptr) return std::nullopt;
-  size_t names_index;
-  if (elf_getshdrstrndx(elf.get(), &names_index) != 0) {
-    *error = path + " has no section names";
-    return std::nullopt;
+  MappedElf elf(path, error);
+  if (!elf.valid()) return std::nullopt;
+  for (size_t i = 0; i < elf.count(); ++i) {
+    const Elf64_Shdr& section = *elf.section(i);
+    const char* section_name = elf.string(elf.names(), section.sh_name);
+    if (section_name == nullptr || name != section_name) continue;
+    std::string contents(elf.contents(section));
+    while (!contents.empty() && contents.back() == '\0') contents.pop_back();
+    return contents;
   }
-  std::optional<std::string> contents;
-  elf.for_each_section([&](Elf_Scn* section, const GElf_Shdr& header) {
-    const char* section_name = elf_strptr(elf.get(), names_index, header.sh_name);
-    if (contents || section_name == nullptr || name != section_name) return;
-    Elf_Data* data = elf_getdata(section, nullptr);
-    contents = data ? std::string(static_cast<const char*>(data->d_buf), data->d_size) : std::string();
-    while (!contents->empty() && contents->back() == '\0') contents->pop_back();
-  });
-  if (!contents) *error = path + " has no " + name + " section";
-  return contents;
+  *error = path + " has no " + name + " section";
+  return std::nullopt;
 }
 
 }  // namespace fsdpskip::cli

@@ -1,5 +1,5 @@
-// What `fsdpskip doctor` needs to know about a shared library, read with
-// elfutils' libelf: its build-id, a named section, the dynamic symbols it
+// What `fsdpskip doctor` needs to know about a shared library, read from the
+// file itself (64-bit little-endian ELF, every access bounds-checked): its build-id, a named section, the dynamic symbols it
 // defines and exports, the symbols its dynamic relocations reach, and whether
 // it binds its own calls (DF_SYMBOLIC).
 #pragma once

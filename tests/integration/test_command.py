@@ -66,8 +66,8 @@ def test_run_refuses_bad_arguments_with_one_clear_line(args, status, needle):
 
 
 def test_every_subcommand_has_help():
-    for subcommand in ("run", "doctor", "report"):
-        done = fsdpskip(subcommand, "--help")  # CLI11's layout differs between releases
+    for subcommand in ("run", "doctor", "report", "plugin build", "plugin list"):
+        done = fsdpskip(*subcommand.split(), "--help")
         assert done.returncode == 0 and "fsdpskip %s [OPTIONS]" % subcommand in done.stdout, done.stdout
         assert "--help" in done.stdout and "Exit status" in done.stdout or subcommand == "run"
 
