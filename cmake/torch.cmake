@@ -3,6 +3,19 @@
 # A Torch_DIR given (a venv's torch) is searched before the system's paths:
 # TorchConfig's find_library calls would otherwise pick a system libtorch
 # (Debian's libtorch-dev) over the one beside the config.
+# Built by pip (scikit-build-core) without a Torch_DIR: the torch of the
+# Python that builds, which must be the venv's (--no-build-isolation).
+if(SKBUILD AND NOT Torch_DIR)
+  execute_process(COMMAND "${Python_EXECUTABLE}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+                  OUTPUT_VARIABLE prefix OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_VARIABLE why RESULT_VARIABLE status)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "fsdpskip: torch is not installed in the Python environment that builds it "
+                        "(${Python_EXECUTABLE}). Install torch first, then run pip install --no-build-isolation in "
+                        "that same environment (without --no-build-isolation pip builds in an isolated environment "
+                        "that has no torch).")
+  endif()
+  set(Torch_DIR "${prefix}/Torch")
+endif()
 if(Torch_DIR)
   get_filename_component(FSDPSKIP_TORCH_PREFIX "${Torch_DIR}/../../.." ABSOLUTE)
   list(PREPEND CMAKE_PREFIX_PATH "${FSDPSKIP_TORCH_PREFIX}")

@@ -25,6 +25,8 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 sys.path.insert(0, os.path.join(SOURCE, "tools", "workloads"))
 from policy_variables import without_policy  # noqa: E402
 
+import gpu_node  # noqa: E402
+
 BUILD = os.path.realpath(os.environ["FSDPSKIP_BUILD_DIR"])
 PIP_PYTHON = os.environ["FSDPSKIP_PIP_PYTHON"]
 ROOT = os.environ.get("FSDPSKIP_ROOT", "trixie")
@@ -48,16 +50,6 @@ def host(argv, **variables):
     env = without_policy(os.environ)
     env.update(XDG_CACHE_HOME=CACHE, **variables)
     return subprocess.run(argv, env=env, cwd=SOURCE, capture_output=True, text=True, timeout=1800)
-
-
-def without_cuda_toolkit(argv):
-    """`argv` where no CUDA toolkit can be found, as on a GPU node whose venv
-    has PyPI's CUDA torch and nothing else: /usr/local/cuda hidden under an
-    empty tmpfs in a mount namespace of its own, no CUDA variable, no nvcc."""
-    hide = "mount -t tmpfs tmpfs /usr/local/cuda && " if os.path.isdir("/usr/local/cuda") else ""
-    path = ":".join(p for p in os.environ["PATH"].split(":") if "cuda" not in p)
-    return host(["unshare", "-m", "sh", "-c", hide + 'exec "$@"', "sh"] + argv, PATH=path, CUDA_HOME="",
-                CUDA_PATH="", CUDACXX="")
 
 
 def in_root(argv, **variables):
@@ -112,7 +104,9 @@ def test_a_torch_without_a_plugin_is_told_the_command_that_builds_it():
     assert len(warnings) == 1 and "no plugin for this process's torch" in warnings[0], before.stderr
     command = warnings[0].split("build one with: ", 1)[1].split("; inactive")[0].split()
     assert command[:3] == [PREFIX + "/bin/fsdpskip", "plugin", "build"], command
-    built = without_cuda_toolkit(command)  # exactly what the line says, on a "GPU node" without a toolkit
+    env = without_policy(os.environ)
+    env.update(XDG_CACHE_HOME=CACHE)
+    built = gpu_node.run(command, env, timeout=1800)  # exactly what the line says, with no CUDA toolkit
     assert built.returncode == 0, built.stdout + built.stderr
     expected = os.path.join(CACHE, "fsdpskip", "plugins", build_id_of(PIP_PYTHON), "libfsdpskip_torch.so")
     assert built.stdout.strip().endswith(expected), built.stdout
