@@ -9,8 +9,10 @@ if(SKBUILD AND NOT Torch_DIR)
   execute_process(COMMAND "${Python_EXECUTABLE}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
                   OUTPUT_VARIABLE prefix OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_VARIABLE why RESULT_VARIABLE status)
   if(NOT status EQUAL 0)
+    string(STRIP "${why}" why)
+    string(REGEX MATCH "[^\n]*$" why "${why}")  # the exception's line
     message(FATAL_ERROR "fsdpskip: torch is not installed in the Python environment that builds it "
-                        "(${Python_EXECUTABLE}). Install torch first, then run pip install --no-build-isolation in "
+                        "(${Python_EXECUTABLE}: ${why}). Install torch first, then run pip install --no-build-isolation in "
                         "that same environment (without --no-build-isolation pip builds in an isolated environment "
                         "that has no torch).")
   endif()
@@ -34,6 +36,9 @@ if(FSDPSKIP_TORCH_PREFIX AND EXISTS "${FSDPSKIP_TORCH_PREFIX}/include/torch/csrc
   string(REGEX REPLACE ".*\"([^\"]+)\".*" "\\1" Torch_VERSION "${version_line}")
   file(STRINGS "${Torch_DIR}/TorchConfig.cmake" flags_line REGEX "set\\(TORCH_CXX_FLAGS \"[^\"]*\"\\)")
   string(REGEX REPLACE ".*\"([^\"]*)\".*" "\\1" TORCH_CXX_FLAGS "${flags_line}")
+  if(NOT Torch_VERSION MATCHES "^[0-9]+\\.[0-9]+")
+    message(FATAL_ERROR "fsdpskip: no version in ${Torch_DIR}/TorchConfigVersion.cmake")
+  endif()
   set(TORCH_INSTALL_PREFIX "${FSDPSKIP_TORCH_PREFIX}")
   set(TORCH_INCLUDE_DIRS "${TORCH_INSTALL_PREFIX}/include" "${TORCH_INSTALL_PREFIX}/include/torch/csrc/api/include")
   message(STATUS "fsdpskip: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}, used directly (flags: ${TORCH_CXX_FLAGS})")

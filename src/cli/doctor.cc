@@ -257,8 +257,7 @@ int doctor(const DoctorOptions& options) {
     return 2;
   }
   std::string error;
-  std::optional<Torch> torch = options.libtorch.empty() ? torch_of_python(options.python, scratch.path(), &error)
-                                                        : torch_of_libtorch(options.libtorch, &error);
+  std::optional<Torch> torch = torch_of(options.python, options.libtorch, scratch.path(), &error);
   std::vector<Check> checks;
   if (!torch) {
     checks.push_back({"torch", Status::kFail, error});

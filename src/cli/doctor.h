@@ -7,7 +7,7 @@
 namespace fsdpskip::cli {
 
 struct DoctorOptions {
-  std::string python;    // a Python whose torch to check ("" when libtorch is given)
+  std::string python = "python3";  // a Python whose torch to check (unused when libtorch is given)
   std::string libtorch;  // a LibTorch directory
   bool json = false;
 };

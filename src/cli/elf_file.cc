@@ -47,10 +47,10 @@ class MappedElf {
       *error = path + " is not a 64-bit little-endian ELF file";
     } else {
       sections_ = reinterpret_cast<const Elf64_Shdr*>(file_ + header->e_shoff);
-      count_ = header->e_shnum;
+      count_ = header->e_shoff ? header->e_shnum : 0;  // no section table at all
       names_ = header->e_shstrndx;
       // Extended numbering: the real values live in section 0.
-      if (header->e_shoff + sizeof(Elf64_Shdr) <= size_) {
+      if (header->e_shoff != 0 && sizeof(Elf64_Shdr) <= size_ - header->e_shoff) {
         if (count_ == 0) count_ = sections_[0].sh_size;
         if (names_ == SHN_XINDEX) names_ = sections_[0].sh_link;
       }

@@ -12,6 +12,22 @@
 
 using namespace fsdpskip::cli;
 
+namespace {
+
+// --python PY or --libtorch DIR: the torch a subcommand is about.
+std::vector<Option> torch_options(const std::string& verb, std::string* python, std::string* libtorch) {
+  return {{"--python", "", "PY", "a Python whose torch to " + verb + " (default: python3)", {}, python},
+          {"--libtorch", "", "DIR", "a LibTorch directory to " + verb + " instead", {}, libtorch, nullptr, nullptr,
+           true, "--python"}};
+}
+
+std::vector<Option> with(std::vector<Option> first, const std::vector<Option>& more) {
+  first.insert(first.end(), more.begin(), more.end());
+  return first;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   RunOptions run;
   DoctorOptions doctor_options;
@@ -45,36 +61,26 @@ int main(int argc, char** argv) {
        }},
       {{"doctor"},
        "Check that fsdpskip can work with a torch installation: symbols, plugin, live probe",
-       {{"--python", "", "PY", "a Python whose torch to check (default: python3)", {}, &doctor_options.python},
-        {"--libtorch", "", "DIR", "a LibTorch directory to check instead", {}, &doctor_options.libtorch, nullptr,
-         nullptr, true, "--python"},
-        {"--json", "", "", "print the results as JSON", {}, nullptr, &doctor_options.json}},
+       with(torch_options("check", &doctor_options.python, &doctor_options.libtorch),
+            {{"--json", "", "", "print the results as JSON", {}, nullptr, &doctor_options.json}}),
        "",
        nullptr,
        false,
        "Exit status: 0 when fsdpskip can work with that torch, 1 when something would stop it.\n",
-       [&] {
-         if (doctor_options.python.empty() && doctor_options.libtorch.empty()) doctor_options.python = "python3";
-         return doctor(doctor_options);
-       }},
+       [&] { return doctor(doctor_options); }},
       {{"plugin", "build"},
        "Build the plugin for a torch, into your cache (or the install's plugins with --system)",
-       {{"--python", "", "PY", "a Python whose torch to build for (default: python3)", {}, &build_options.python},
-        {"--libtorch", "", "DIR", "a LibTorch directory to build for instead", {}, &build_options.libtorch, nullptr,
-         nullptr, true, "--python"},
-        {"--system", "", "", "into the install's lib/fsdpskip/plugins, for every user", {}, nullptr,
-         &build_options.system},
-        {"--jobs", "-j", "N", "parallel compile jobs (default: one per processor)", {}, nullptr, nullptr,
-         &build_options.jobs}},
+       with(torch_options("build for", &build_options.python, &build_options.libtorch),
+            {{"--system", "", "", "into the install's lib/fsdpskip/plugins, for every user", {}, nullptr,
+              &build_options.system},
+             {"--jobs", "-j", "N", "parallel compile jobs (default: one per processor)", {}, nullptr, nullptr,
+              &build_options.jobs}}),
        "",
        nullptr,
        false,
        "Needs CMake (3.18 or later) and a C++ compiler; torch's own headers and CMake files.\n"
        "Exit status: 0 when the plugin is built and where the preload finds it, 1 otherwise.\n",
-       [&] {
-         if (build_options.python.empty() && build_options.libtorch.empty()) build_options.python = "python3";
-         return plugin_build(build_options);
-       }},
+       [&] { return plugin_build(build_options); }},
       {{"plugin", "list"},
        "List the plugins the preload can find, and for which torch",
        {{"--json", "", "", "print them as JSON", {}, nullptr, &list_options.json}},

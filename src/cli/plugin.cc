@@ -1,6 +1,8 @@
 #include "plugin.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,9 +60,15 @@ bool run_step(const char* what, const std::vector<std::string>& argv, const std:
 // Puts `built` at `directory`/libfsdpskip_torch.so in one rename, so a
 // process looking meanwhile sees the old file or the new, never half of one.
 bool place_plugin(const std::string& built, const std::string& directory, std::string* error) {
+  // Made 0755 whatever the umask: the preload refuses a plugin below a
+  // directory its group can write.
+  for (size_t slash = directory.find('/', 1);; slash = directory.find('/', slash + 1)) {
+    std::string part = directory.substr(0, slash);
+    if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+      return *error = "cannot create " + part + ": " + strerror(errno), false;
+    if (slash == std::string::npos) break;
+  }
   std::error_code failure;
-  fs::create_directories(directory, failure);
-  if (failure) return *error = "cannot create " + directory + ": " + failure.message(), false;
   std::string final_path = directory + "/" + kPluginFileName;
   std::string partial = directory + "/." + kPluginFileName + ".partial." + std::to_string(getpid());
   fs::copy_file(built, partial, fs::copy_options::overwrite_existing, failure);
@@ -157,8 +165,7 @@ int plugin_build(const PluginBuildOptions& options) {
     return 1;
   }
   std::string error;
-  std::optional<Torch> torch = options.libtorch.empty() ? torch_of_python(options.python, scratch.path(), &error)
-                                                        : torch_of_libtorch(options.libtorch, &error);
+  std::optional<Torch> torch = torch_of(options.python, options.libtorch, scratch.path(), &error);
   if (!torch) return fprintf(stderr, "fsdpskip plugin build: %s\n", error.c_str()), 1;
   const std::string& libtorch = library_path(*torch, Library::kTorchCpu);
   if (torch->cmake_prefix.empty())

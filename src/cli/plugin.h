@@ -12,7 +12,7 @@
 namespace fsdpskip::cli {
 
 struct PluginBuildOptions {
-  std::string python;    // a Python whose torch to build for ("" when libtorch is given)
+  std::string python = "python3";  // a Python whose torch to build for (unused when libtorch is given)
   std::string libtorch;  // a LibTorch directory
   bool system = false;   // into the install's plugins instead of the user's cache
   int jobs = 0;          // 0: one per processor

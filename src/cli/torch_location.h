@@ -29,6 +29,12 @@ std::optional<Torch> torch_of_python(const std::string& python, const std::strin
 // torch/lib/, Debian's multiarch lib directory).
 std::optional<Torch> torch_of_libtorch(const std::string& directory, std::string* error);
 
+// The torch a subcommand was pointed at: --libtorch DIR when given, else --python PY.
+inline std::optional<Torch> torch_of(const std::string& python, const std::string& libtorch,
+                                     const std::string& scratch, std::string* error) {
+  return libtorch.empty() ? torch_of_python(python, scratch, error) : torch_of_libtorch(libtorch, error);
+}
+
 // The environment for queries and probes: none of the variables the policy
 // reads (options.def), no preload. FSDPSKIP_PLUGIN and XDG_CACHE_HOME stay:
 // what is checked is the plugin the user would get.

@@ -86,18 +86,20 @@ bool read_fd_section(int fd, const char* name, char* out, size_t out_size) {
     if (mapped != MAP_FAILED) {
       const char* file = static_cast<const char*>(mapped);
       const auto* elf = reinterpret_cast<const Elf64_Ehdr*>(file);
+      // Every offset + size is compared as size - offset: sums from a corrupt file could wrap.
       bool valid = memcmp(elf->e_ident, ELFMAG, SELFMAG) == 0 && elf->e_ident[EI_CLASS] == ELFCLASS64 &&
                    elf->e_shentsize == sizeof(Elf64_Shdr) && elf->e_shstrndx < elf->e_shnum &&
-                   elf->e_shoff + size_t{elf->e_shnum} * sizeof(Elf64_Shdr) <= size;
+                   elf->e_shoff <= size && size_t{elf->e_shnum} <= (size - elf->e_shoff) / sizeof(Elf64_Shdr);
       if (valid) {
         const auto* sections = reinterpret_cast<const Elf64_Shdr*>(file + elf->e_shoff);
         const Elf64_Shdr& names = sections[elf->e_shstrndx];
-        for (int i = 0; i < elf->e_shnum && !found && names.sh_offset + names.sh_size <= size; ++i) {
+        bool names_fit = names.sh_offset <= size && names.sh_size <= size - names.sh_offset;
+        for (int i = 0; i < elf->e_shnum && !found && names_fit; ++i) {
           const Elf64_Shdr& section = sections[i];
           if (section.sh_name >= names.sh_size || section.sh_type == SHT_NOBITS) continue;
           const char* section_name = file + names.sh_offset + section.sh_name;
           if (strncmp(section_name, name, names.sh_size - section.sh_name) != 0) continue;
-          if (section.sh_offset + section.sh_size > size) break;
+          if (section.sh_offset > size || section.sh_size > size - section.sh_offset) break;
           size_t count = section.sh_size < out_size - 1 ? section.sh_size : out_size - 1;
           memcpy(out, file + section.sh_offset, count);
           out[count] = '\0';

@@ -30,44 +30,121 @@ bool trusted_owner(uid_t owner, uid_t install_owner) {
   return owner == 0 || owner == geteuid() || owner == install_owner;
 }
 
-// Why `path` (with `status`) lets another user change what it holds; nullptr
-// when it does not.
+// A user's private group (USERGROUPS_ENAB: group id = user id, the process's
+// own group): its write permission lets no one else in.
+bool private_group(const struct stat& status) {
+  return status.st_uid == geteuid() && status.st_gid == getegid() && status.st_gid == status.st_uid;
+}
+
+// Why `status` lets another user change what it holds; nullptr when it does not.
 const char* foreign_write(const struct stat& status, uid_t install_owner) {
   if (!trusted_owner(status.st_uid, install_owner)) return "is owned by another user";
-  bool shared = (status.st_mode & (S_IWGRP | S_IWOTH)) != 0;
-  if (shared && !(S_ISDIR(status.st_mode) && (status.st_mode & S_ISVTX))) return "is writable by group or others";
+  if ((status.st_mode & S_IWOTH) && !(S_ISDIR(status.st_mode) && (status.st_mode & S_ISVTX)))
+    return "is writable by others";
+  if ((status.st_mode & S_IWGRP) && !private_group(status) && !(S_ISDIR(status.st_mode) && (status.st_mode & S_ISVTX)))
+    return "is writable by its group";
   return nullptr;
 }
 
-__attribute__((format(printf, 3, 0))) void set_detail(PluginExamination* result, PluginVerdict verdict, const char* format, const char* a,
-                const char* b = "", const char* c = "") {
+__attribute__((format(printf, 3, 0))) void set_detail(PluginExamination* result, PluginVerdict verdict,
+                                                       const char* format, const char* a, const char* b = "",
+                                                       const char* c = "") {
   result->verdict = verdict;
   print_to(result->detail, sizeof result->detail, format, a, b, c);
 }
 
-// Every directory above the canonical `path`, up to /, is safe.
-bool directories_safe(const char* path, uid_t install_owner, PluginExamination* result) {
-  char directory[PATH_MAX];
-  if (realpath(path, directory) == nullptr) {
-    set_detail(result, PluginVerdict::kMissing, "%s cannot be resolved", path);
-    return false;
-  }
-  for (char* slash = strrchr(directory, '/'); slash != nullptr; slash = strrchr(directory, '/')) {
-    if (slash == directory) slash[1] = '\0';  // "/" itself, last
-    else *slash = '\0';
+// The directory `fd` (shown as `shown`) is safe; else says why in `result`.
+bool directory_safe(int fd, const char* shown, uid_t install_owner, PluginExamination* result) {
+  struct stat status;
+  const char* why = fstat(fd, &status) != 0 ? "cannot be examined" : foreign_write(status, install_owner);
+  if (why == nullptr) return true;
+  set_detail(result, PluginVerdict::kUnsafe, "directory %s %s (chmod go-w, or a directory of your own)",
+             shown[0] ? shown : "/", why);
+  return false;
+}
+
+// Opens `path` (absolute) the way the kernel resolves it, one component at a
+// time, following symbolic links by hand: every directory passed through
+// must be safe, so no one but a trusted user can change what the path names
+// between this check and dlopen. The file itself is opened only once known
+// to be a regular file (a FIFO or a device is never opened). Returns the open
+// file, or -1 with the reason in `result`. Not reentrant (its buffers are
+// static: a plugin is looked for once per process, under pthread_once).
+int open_safely(const char* path, uid_t install_owner, PluginExamination* result) {
+  static char rest[2 * PATH_MAX], link[PATH_MAX], shown[PATH_MAX];
+  if (!print_to(rest, sizeof rest, "%s", path)) return set_detail(result, PluginVerdict::kMissing, "%s is too long", path), -1;
+  shown[0] = '\0';
+  int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC), links = 0;
+  if (dir < 0 || !directory_safe(dir, shown, install_owner, result)) return dir >= 0 ? close(dir), -1 : -1;
+  for (char* at = rest;;) {
+    while (*at == '/') ++at;
+    char* end = strchrnul(at, '/');
+    bool last = *end == '\0' || end[strspn(end, "/")] == '\0';
+    char name[NAME_MAX + 1];
+    if (end == at || end - at > NAME_MAX) {
+      close(dir);
+      return set_detail(result, end == at ? PluginVerdict::kUnsafe : PluginVerdict::kMissing,
+                        end == at ? "%s is not a regular file" : "%s does not exist", path), -1;
+    }
+    snprintf(name, sizeof name, "%.*s", static_cast<int>(end - at), at);
+    at = end;
     struct stat status;
-    if (stat(directory, &status) != 0) {
-      set_detail(result, PluginVerdict::kUnsafe, "%s cannot be examined", directory);
-      return false;
+    if (strcmp(name, ".") == 0 && !last) continue;
+    if (fstatat(dir, name, &status, AT_SYMLINK_NOFOLLOW) != 0) {
+      close(dir);
+      return set_detail(result, PluginVerdict::kMissing, "%s does not exist", path), -1;
     }
-    if (const char* why = foreign_write(status, install_owner)) {
-      set_detail(result, PluginVerdict::kUnsafe, "directory %s %s (chmod go-w, or a directory of your own)",
-                 directory, why);
-      return false;
+    if (S_ISLNK(status.st_mode)) {  // it lives in `dir`, which only trusted users can change
+      ssize_t length = ++links > 40 ? -1 : readlinkat(dir, name, link, sizeof link - 1);
+      if (length < 0) {
+        close(dir);
+        return set_detail(result, PluginVerdict::kUnsafe, "%s cannot be resolved (a link loop?)", path), -1;
+      }
+      link[length] = '\0';
+      char joined[2 * PATH_MAX];
+      if (!print_to(joined, sizeof joined, "%s%s", link, at)) {
+        close(dir);
+        return set_detail(result, PluginVerdict::kMissing, "%s is too long", path), -1;
+      }
+      memcpy(rest, joined, strlen(joined) + 1);
+      at = rest;
+      if (link[0] == '/') {  // from the root again
+        close(dir);
+        shown[0] = '\0';
+        dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0) return set_detail(result, PluginVerdict::kMissing, "%s cannot be resolved", path), -1;
+      }
+      continue;
     }
-    if (slash == directory) break;
+    if (!last) {
+      int next = S_ISDIR(status.st_mode) ? openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+      close(dir);
+      if (next < 0) return set_detail(result, PluginVerdict::kMissing, "%s does not exist", path), -1;
+      dir = next;
+      if (strcmp(name, "..") == 0) {
+        if (char* slash = strrchr(shown, '/')) *slash = '\0';
+      }
+      else if (strcmp(name, ".") != 0) print_to(shown + strlen(shown), sizeof shown - strlen(shown), "/%s", name);
+      if (!directory_safe(dir, shown, install_owner, result)) return close(dir), -1;
+      continue;
+    }
+    if (!S_ISREG(status.st_mode)) {
+      close(dir);
+      return set_detail(result, PluginVerdict::kUnsafe, "%s is not a regular file", path), -1;
+    }
+    int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    close(dir);
+    const char* why = nullptr;
+    if (fd < 0 || fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+      set_detail(result, PluginVerdict::kNotPlugin, "%s cannot be read", path);
+    } else if ((why = foreign_write(status, install_owner)) != nullptr) {
+      set_detail(result, PluginVerdict::kUnsafe, "%s %s (chmod go-w, or a plugin of your own)", path, why);
+    } else {
+      return fd;
+    }
+    if (fd >= 0) close(fd);
+    return -1;
   }
-  return true;
 }
 
 }  // namespace
@@ -119,23 +196,23 @@ int plugin_candidates(const char* variable, const char* preload_path, const char
 
 PluginExamination examine_plugin(const char* path, const char* build_id, uid_t install_owner) {
   PluginExamination result;
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) {
-    set_detail(&result, access(path, F_OK) == 0 ? PluginVerdict::kNotPlugin : PluginVerdict::kMissing,
-               access(path, F_OK) == 0 ? "%s cannot be read" : "%s does not exist", path);
+  // Relative to the current directory now, as dlopen would see it now (and
+  // never searched along LD_LIBRARY_PATH, as dlopen does a name without '/').
+  char directory[PATH_MAX];
+  bool fits = path[0] == '/' ? print_to(result.path, sizeof result.path, "%s", path)
+                             : getcwd(directory, sizeof directory) != nullptr &&
+                                   print_to(result.path, sizeof result.path, "%s/%s", directory, path);
+  if (!fits) {
+    set_detail(&result, PluginVerdict::kMissing, "%s cannot be resolved", path);
     return result;
   }
-  struct stat status;
-  char identity[1024];
-  const char* why = nullptr;
-  if (fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
-    set_detail(&result, PluginVerdict::kUnsafe, "%s is not a regular file", path);
-  } else if ((why = foreign_write(status, install_owner)) != nullptr) {
-    set_detail(&result, PluginVerdict::kUnsafe, "%s %s (chmod go-w, or a plugin of your own)", path, why);
-  } else if (!read_fd_section(fd, FSDPSKIP_TORCH_ID_SECTION, identity, sizeof identity)) {
+  int fd = open_safely(result.path, install_owner, &result);
+  if (fd < 0) return result;
+  static char identity[1024];  // see open_safely: not reentrant
+  if (!read_fd_section(fd, FSDPSKIP_TORCH_ID_SECTION, identity, sizeof identity)) {
     set_detail(&result, PluginVerdict::kNotPlugin, "%s is not a fsdpskip torch plugin (no %s section)", path,
                FSDPSKIP_TORCH_ID_SECTION);
-  } else if (directories_safe(path, install_owner, &result)) {
+  } else {
     char abi[16];
     identity_field(identity, "torch", result.torch, sizeof result.torch);
     identity_field(identity, "build-id", result.build_id, sizeof result.build_id);

@@ -60,16 +60,20 @@ enum class PluginVerdict {
 
 struct PluginExamination {
   PluginVerdict verdict = PluginVerdict::kMissing;
+  char path[PATH_MAX] = {0};  // the absolute path examined: what to dlopen on kMatch
   char torch[64] = "?";       // the torch version it was built for
   char build_id[128] = "?";   // the libtorch_cpu build-id it was built for
   char detail[1024] = {0};    // why it is not kMatch, one clause
 };
 
-// Reads the file at `path` without loading it (opened without blocking: a
-// FIFO or a device is refused, never waited on). Safe: a regular file that
-// only root, this user or `install_owner` (the owner of libfsdpskip.so, who
-// controls the code running anyway) can write, below directories likewise
-// (a sticky directory's entries are safe from other users).
+// Reads the file at `path` (relative: to the current directory) without
+// loading it. Safe: a regular file (a FIFO or a device is refused, never
+// opened) that only root, this user or `install_owner` (the owner of
+// libfsdpskip.so, who controls the code running anyway) can write, reached
+// through directories and links likewise, component by component as the
+// kernel resolves it; a sticky directory's entries are safe from other users,
+// and a user's private group (group id = user id = the process's) counts as
+// the user. Not reentrant: the preload calls it under pthread_once.
 PluginExamination examine_plugin(const char* path, const char* build_id, uid_t install_owner);
 
 }  // namespace fsdpskip

@@ -50,29 +50,39 @@ bool g_exit_registered = false;
 
 const char* environment(const char* name, void*) { return getenv(name); }
 
-// The preload's own file and its owner (trusted like root: see plugin_search.h).
-void preload_file(char* path, size_t path_size, uid_t* owner) {
+// The preload's own file, absolute (recorded at start-up when the dynamic
+// linker knows it by a relative name: the program may change directory before
+// the plugin is looked for), and its owner (trusted like root: plugin_search.h).
+char g_preload_path[PATH_MAX];
+
+void remember_preload_path() {
   Dl_info self;
+  if (!dladdr(reinterpret_cast<void*>(&remember_preload_path), &self) || self.dli_fname == nullptr) return;
+  if (self.dli_fname[0] == '/' || realpath(self.dli_fname, g_preload_path) == nullptr)
+    snprintf(g_preload_path, sizeof g_preload_path, "%s", self.dli_fname);
+}
+
+uid_t owner_of(const char* path) {
   struct stat status;
-  snprintf(path, path_size, "%s", dladdr(reinterpret_cast<void*>(&preload_file), &self) ? self.dli_fname : "");
-  *owner = stat(path, &status) == 0 ? status.st_uid : 0;
+  return stat(path, &status) == 0 ? status.st_uid : 0;
 }
 
 // The line for a process whose torch has no plugin anywhere: where fsdpskip
 // looked, what it passed over and why, and the command that builds one.
 void say_no_plugin(const char* preload, const char* torch_path, const char* build_id, const PluginCandidate* candidates,
                    const PluginExamination* examined, int count) {
-  char looked[2048];
+  static char looked[2048];  // under pthread_once: no other thread is here
+  looked[0] = '\0';
   int used = 0;
   for (int i = 0; i < count && used < static_cast<int>(sizeof looked); ++i)
     used += snprintf(looked + used, sizeof looked - used, "%s%s: %s", i ? "; " : "", plugin_place_name(candidates[i].place),
                      examined[i].verdict == PluginVerdict::kMissing ? candidates[i].path : examined[i].detail);
-  char command[PATH_MAX];  // <root>/bin/fsdpskip for <root>/lib/libfsdpskip.so
+  static char command[PATH_MAX];  // <root>/bin/fsdpskip for <root>/lib/libfsdpskip.so
   snprintf(command, sizeof command, "%s", preload);
   for (int level = 0; level < 2; ++level)
     if (char* slash = strrchr(command, '/')) *slash = '\0';
   snprintf(command + strlen(command), sizeof command - strlen(command), "/bin/fsdpskip");
-  char torch_directory[PATH_MAX];
+  static char torch_directory[PATH_MAX];
   snprintf(torch_directory, sizeof torch_directory, "%.*s",
            static_cast<int>(strrchr(torch_path, '/') ? strrchr(torch_path, '/') - torch_path : 1), torch_path);
   say(FSDPSKIP_MESSAGE_WARNING,
@@ -82,26 +92,35 @@ void say_no_plugin(const char* preload, const char* torch_path, const char* buil
       torch_directory);
 }
 
+// Runs under pthread_once, on whichever thread first needs the plugin: its
+// buffers are static, not on that thread's (maybe small) stack.
 const fsdpskip_plugin* load_plugin() {
-  char torch_path[PATH_MAX], loaded_id[128];
+  static char torch_path[PATH_MAX], loaded_id[128], plugin_override[PATH_MAX], plugin_cache[PATH_MAX];
+  static PluginCandidate candidates[kMaxPluginCandidates];
+  static PluginExamination examined[kMaxPluginCandidates];
   if (!loaded_library_identity(library_prefix(Library::kTorchCpu), torch_path, sizeof torch_path, loaded_id, sizeof loaded_id)) {
     say(FSDPSKIP_MESSAGE_WARNING, "no %s is loaded in this process; inactive", library_prefix(Library::kTorchCpu));
     return nullptr;
   }
-  char preload[PATH_MAX];
-  uid_t install_owner;
-  preload_file(preload, sizeof preload, &install_owner);
-  PluginCandidate candidates[kMaxPluginCandidates];
-  PluginExamination examined[kMaxPluginCandidates];
-  int count = plugin_candidates(g_plugin_override, preload, g_plugin_cache, loaded_id, candidates);
+  pthread_mutex_lock(&g_policy_lock);  // decide() rewrites them when the program changes a variable
+  memcpy(plugin_override, g_plugin_override, sizeof plugin_override);
+  memcpy(plugin_cache, g_plugin_cache, sizeof plugin_cache);
+  pthread_mutex_unlock(&g_policy_lock);
+  const char* preload = g_preload_path;
+  uid_t install_owner = owner_of(preload);
+  int count = plugin_candidates(plugin_override, preload, plugin_cache, loaded_id, candidates);
   const char* path = nullptr;
   for (int i = 0; i < count && path == nullptr; ++i) {
     examined[i] = examine_plugin(candidates[i].path, loaded_id, install_owner);
-    if (examined[i].verdict == PluginVerdict::kMatch) path = candidates[i].path;
+    // The path examined, made absolute: dlopen re-resolves that very string
+    // through directories only trusted users can change.
+    if (examined[i].verdict == PluginVerdict::kMatch) path = examined[i].path;
     else say(FSDPSKIP_MESSAGE_DEBUG, "passed over %s: %s", plugin_place_name(candidates[i].place), examined[i].detail);
   }
   if (path == nullptr) {
-    if (candidates[0].place != PluginPlace::kVariable)
+    if (count == 0)
+      say(FSDPSKIP_MESSAGE_WARNING, "no place to look for a plugin (paths too long); inactive in this process");
+    else if (candidates[0].place != PluginPlace::kVariable)
       say_no_plugin(preload, torch_path, loaded_id, candidates, examined, count);
     else if (examined[0].verdict == PluginVerdict::kOtherTorch)
       say(FSDPSKIP_MESSAGE_WARNING, "%s, but this process runs %s (build-id %s); inactive in this process. Rebuild it "
@@ -209,6 +228,7 @@ void decide(Options options, const char* cause, bool stated) {
 void reset_lock_in_child() { pthread_mutex_init(&g_policy_lock, nullptr); }
 
 __attribute__((constructor)) void initialise() {
+  remember_preload_path();
   decide(resolve_options(environment, nullptr), nullptr, false);
   __atomic_store_n(&g_started, true, __ATOMIC_RELEASE);
 }

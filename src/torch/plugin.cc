@@ -16,7 +16,7 @@
 // Read by the preload from the file, before it decides to dlopen us: the
 // libtorch we are built for and the plugin ABI we speak.
 __attribute__((section(FSDPSKIP_TORCH_ID_SECTION), used)) static const char kTorchIdentity[] =
-    FSDPSKIP_TORCH_IDENTITY "abi=" FSDPSKIP_PLUGIN_ABI_TEXT "\n";
+    "abi=" FSDPSKIP_PLUGIN_ABI_TEXT "\n" FSDPSKIP_TORCH_IDENTITY;  // abi first: a long libtorch path cannot cut it off
 
 namespace fsdpskip {
 namespace {

@@ -322,9 +322,9 @@ fsdpskip_verdict Tracker::decide_copy_untraced(const at::Tensor& dst, const at::
 }
 
 fsdpskip_verdict Tracker::decide_chain(const at::Tensor& self, const at::Tensor& out) {
+  if (pending_.load() == 0 || !enabled()) return writes(out, FSDPSKIP_RUN);  // the hot path: no storage lookups
   c10::StorageImpl* storage = storage_of(out);
-  if (pending_.load() == 0 || !enabled() || storage == nullptr || storage != storage_of(self))
-    return writes(out, FSDPSKIP_RUN);
+  if (storage == nullptr || storage != storage_of(self)) return writes(out, FSDPSKIP_RUN);
   return writes(out, traced(FSDPSKIP_CHAIN, out, is_pending(storage) ? skip_verdict() : FSDPSKIP_RUN));
 }
 

@@ -72,8 +72,8 @@ def test_plugin_path_that_is_no_file_is_one_line_and_never_waited_on(tmp_path, k
 def test_plugin_that_other_users_can_write_is_never_loaded(tmp_path):
     plugin = tmp_path / "libfsdpskip_torch.so"
     shutil.copy(PLUGIN, str(plugin))
-    for path, mode, needle in [(plugin, 0o666, "%s is writable by group or others" % plugin),
-                               (tmp_path, 0o777, "directory %s is writable by group or others" % tmp_path)]:
+    for path, mode, needle in [(plugin, 0o666, "%s is writable by others" % plugin),
+                               (tmp_path, 0o777, "directory %s is writable by others" % tmp_path)]:
         os.chmod(str(plugin), 0o644)
         os.chmod(str(tmp_path), 0o755)
         os.chmod(str(path), mode)

@@ -89,7 +89,7 @@ TEST_F(PluginCopy, AFileOthersCanWriteIsRefused) {
   chmod(plugin_.c_str(), 0666);
   PluginExamination result = examine(plugin_);
   EXPECT_EQ(result.verdict, PluginVerdict::kUnsafe);
-  EXPECT_NE(std::string(result.detail).find("writable by group or others"), std::string::npos) << result.detail;
+  EXPECT_NE(std::string(result.detail).find("is writable by others"), std::string::npos) << result.detail;
 }
 
 TEST_F(PluginCopy, ADirectoryOthersCanWriteIsRefusedUnlessSticky) {
@@ -100,6 +100,55 @@ TEST_F(PluginCopy, ADirectoryOthersCanWriteIsRefusedUnlessSticky) {
       << result.detail;
   chmod(directory_.c_str(), 01777);  // /tmp's mode: other users cannot replace our entries
   EXPECT_EQ(examine(plugin_).verdict, PluginVerdict::kMatch) << examine(plugin_).detail;
+}
+
+TEST_F(PluginCopy, AnUnsafeDirectoryFurtherUpIsRefused) {
+  std::string nested = directory_ + "/a/b";
+  fs::create_directories(nested);
+  chmod((directory_ + "/a").c_str(), 0777);  // two levels above the plugin
+  chmod(nested.c_str(), 0755);
+  fs::copy_file(plugin_, nested + "/" + kPluginFileName);
+  PluginExamination result = examine(nested + "/" + kPluginFileName);
+  EXPECT_EQ(result.verdict, PluginVerdict::kUnsafe);
+  EXPECT_NE(std::string(result.detail).find("/a is writable by others"), std::string::npos) << result.detail;
+}
+
+TEST_F(PluginCopy, ALinkIsFollowedOnlyThroughSafeDirectories) {
+  std::string open_space = directory_ + "/shared", link = open_space + "/plugins";
+  fs::create_directories(open_space);
+  fs::create_directory_symlink(directory_, directory_ + "/safe-link");
+  // A link in a safe directory to a safe place: the plugin it leads to is loaded.
+  PluginExamination through_safe = examine(directory_ + "/safe-link/" + kPluginFileName);
+  EXPECT_EQ(through_safe.verdict, PluginVerdict::kMatch) << through_safe.detail;
+  EXPECT_EQ(std::string(through_safe.path), directory_ + "/safe-link/" + kPluginFileName);
+  // The same link in a directory everyone can write: anyone could re-point it.
+  fs::create_directory_symlink(directory_, link);
+  chmod(open_space.c_str(), 0777);
+  PluginExamination through_open = examine(link + "/" + kPluginFileName);
+  EXPECT_EQ(through_open.verdict, PluginVerdict::kUnsafe);
+  EXPECT_NE(std::string(through_open.detail).find("shared is writable by others"), std::string::npos)
+      << through_open.detail;
+}
+
+TEST_F(PluginCopy, ARelativePathIsTheCurrentDirectorysNeverASearch) {
+  char before[PATH_MAX];
+  ASSERT_NE(getcwd(before, sizeof before), nullptr);
+  ASSERT_EQ(chdir(directory_.c_str()), 0);
+  PluginExamination result = examine(kPluginFileName);  // no '/': dlopen would search LD_LIBRARY_PATH
+  ASSERT_EQ(chdir(before), 0);
+  EXPECT_EQ(result.verdict, PluginVerdict::kMatch) << result.detail;
+  EXPECT_EQ(std::string(result.path), fs::canonical(directory_).string() + "/" + kPluginFileName);
+}
+
+TEST_F(PluginCopy, GroupWriteIsRefusedUnlessTheGroupIsTheUsersOwn) {
+  if (geteuid() != 0) GTEST_SKIP() << "changing a file's group needs root";
+  chmod(plugin_.c_str(), 0664);
+  ASSERT_EQ(chown(plugin_.c_str(), 0, 65534), 0);  // group nogroup: other users
+  PluginExamination shared = examine(plugin_);
+  EXPECT_EQ(shared.verdict, PluginVerdict::kUnsafe);
+  EXPECT_NE(std::string(shared.detail).find("is writable by its group"), std::string::npos) << shared.detail;
+  ASSERT_EQ(chown(plugin_.c_str(), geteuid(), getegid()), 0);  // a private group (uid = gid), umask 002's files
+  if (getegid() == geteuid()) EXPECT_EQ(examine(plugin_).verdict, PluginVerdict::kMatch) << examine(plugin_).detail;
 }
 
 TEST_F(PluginCopy, AFileOfAnotherOwnerIsRefused) {
