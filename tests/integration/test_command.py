@@ -53,6 +53,13 @@ def test_run_passes_the_exit_status_and_arguments_through():
     assert done.returncode == 7 and done.stdout == "--mode x\n"
 
 
+def test_run_hands_every_word_from_the_command_on_to_it_without_a_separator():
+    """No `--`: the first word that is not one of run's options is the command,
+    and its own --help and --mode are its, not run's."""
+    done = fsdpskip("run", "--log", "quiet", "sh", "-c", 'echo "$@"', "sh", "--help", "--mode", "maybe", "--")
+    assert done.returncode == 0 and done.stdout == "--help --mode maybe --\n", done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("args,status,needle", [
     (["run", "--mode", "maybe", "--", "true"], 2, "--mode: maybe not in {auto,on,off,audit}"),
     (["run", "--log", "loud", "--", "true"], 2, "--log: loud not in {quiet,summary,debug,trace}"),
@@ -185,12 +192,37 @@ def test_doctor_without_a_torch_says_so(python, needle):
     assert status == 1 and needle in result["checks"][0]["detail"]
 
 
-def test_doctor_reads_a_libtorch_directory():
-    import torch
-    libdir = os.path.dirname(os.path.realpath(subprocess.run(
+@pytest.mark.parametrize("kind", ["truncated", "fifo", "not_elf"])
+def test_doctor_on_a_broken_libtorch_fails_cleanly(tmp_path, kind):
+    """The command reads ELF files itself: a cut copy, a FIFO (never waited
+    on) or a text file named libtorch_cpu.so is a FAIL row, not a crash or a hang."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    target = lib / "libtorch_cpu.so"
+    if kind == "truncated":
+        with open(libtorch_cpu(), "rb") as f:
+            target.write_bytes(f.read(1 << 16))
+    elif kind == "fifo":
+        os.mkfifo(str(target))
+    else:
+        target.write_text("not an ELF file")
+    status, result = doctor_json("--libtorch", str(tmp_path))
+    failed = [c for c in result["checks"] if c["status"] == "FAIL"]
+    assert status == 1 and result["verdict"] == "fail" and failed, result
+    assert any("reading libtorch_cpu" in c["check"] or "plugin" in c["check"] for c in failed), failed
+
+
+def libtorch_cpu():
+    """The libtorch_cpu.so that PYTHON's torch maps."""
+    return os.path.realpath(subprocess.run(
         [PYTHON, "-c", "import torch, os\nfor l in open('/proc/self/maps'):\n"
                        " p = l.split()[-1]\n if os.path.basename(p).startswith('libtorch_cpu.so'): print(p); break"],
-        capture_output=True, text=True).stdout.strip()))
+        capture_output=True, text=True).stdout.strip())
+
+
+def test_doctor_reads_a_libtorch_directory():
+    import torch
+    libdir = os.path.dirname(libtorch_cpu())
     status, result = doctor_json("--libtorch", libdir)
     assert status == 0, json.dumps(result, indent=1)
     assert result["torch"]["version"].split("+")[0][:3] == torch.__version__[:3]
