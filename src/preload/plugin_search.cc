@@ -71,7 +71,7 @@ bool directory_safe(int fd, const char* shown, uid_t install_owner, PluginExamin
 // file, or -1 with the reason in `result`. Not reentrant (its buffers are
 // static: a plugin is looked for once per process, under pthread_once).
 int open_safely(const char* path, uid_t install_owner, PluginExamination* result) {
-  static char rest[2 * PATH_MAX], link[PATH_MAX], shown[PATH_MAX];
+  static char rest[2 * PATH_MAX], joined[2 * PATH_MAX], link[PATH_MAX], shown[PATH_MAX];
   if (!print_to(rest, sizeof rest, "%s", path)) return set_detail(result, PluginVerdict::kMissing, "%s is too long", path), -1;
   shown[0] = '\0';
   int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC), links = 0;
@@ -101,7 +101,6 @@ int open_safely(const char* path, uid_t install_owner, PluginExamination* result
         return set_detail(result, PluginVerdict::kUnsafe, "%s cannot be resolved (a link loop?)", path), -1;
       }
       link[length] = '\0';
-      char joined[2 * PATH_MAX];
       if (!print_to(joined, sizeof joined, "%s%s", link, at)) {
         close(dir);
         return set_detail(result, PluginVerdict::kMissing, "%s is too long", path), -1;
