@@ -23,6 +23,7 @@
 #include "../common/report_table.h"
 #include "doctor.h"
 #include "elf_file.h"
+#include "json_fields.h"
 #include "layout.h"
 #include "options.h"
 #include "plugin.h"
@@ -219,9 +220,9 @@ void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::
     // "ok": true, false, or null for a step that probe cannot run.
     auto ok = step.find("ok");
     Status status = ok != step.end() && ok->is_null() ? Status::kNotApplicable
-                    : step.value("ok", false)         ? Status::kOk
+                    : flag_field(step, "ok", false)   ? Status::kOk
                                                       : Status::kFail;
-    checks->push_back({"probe " + step.value("check", "?"), status, step.value("detail", "")});
+    checks->push_back({"probe " + text_field(step, "check", "?"), status, text_field(step, "detail", "")});
   }
   if (probe.status != 0 || probe.timed_out) {
     std::string tail = probe.err.size() > 400 ? probe.err.substr(probe.err.size() - 400) : probe.err;
@@ -235,9 +236,10 @@ void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::
     checks->push_back({"probe report", Status::kFail, "the probe wrote no report: the plugin did not load"});
     return;
   }
-  bool ended = report.value("loading_ended", false);
-  uint64_t pending = report.value(key(Counter::pending_count), uint64_t{1}), storages = report.value(key(Counter::storages_skipped), uint64_t{0});
-  uint64_t freed = report.value(key(Counter::resolved_by_free), uint64_t{0});
+  bool ended = flag_field(report, "loading_ended", false);
+  uint64_t pending = count_field(report, key(Counter::pending_count), 1);
+  uint64_t storages = count_field(report, key(Counter::storages_skipped), 0);
+  uint64_t freed = count_field(report, key(Counter::resolved_by_free), 0);
   bool ok = pending == 0 && storages > 0 && (by_free ? freed == storages : ended);
   checks->push_back({"probe report", ok ? Status::kOk : Status::kFail,
                      std::to_string(storages) + " storages skipped, " +
@@ -295,7 +297,7 @@ int doctor(const DoctorOptions& options) {
                       {"libtorch_cpu", library_path(*torch, Library::kTorchCpu)}};
     for (const Check& check : checks)
       out["checks"].push_back({{"check", check.name}, {"status", status_word(check.status)}, {"detail", check.detail}});
-    printf("%s\n", out.dump(2).c_str());
+    printf("%s\n", json_text(out, 2).c_str());
   } else {
     TextTable table({"check", "result", "detail"});
     for (const Check& check : checks) table.add({check.name, status_word(check.status), check.detail});

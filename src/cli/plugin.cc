@@ -16,6 +16,7 @@
 #include "../common/plugin_abi.h"
 #include "../common/torch_identity.h"
 #include "elf_file.h"
+#include "json_fields.h"
 #include "plugin_search.h"
 #include "subprocess.h"
 #include "text_table.h"
@@ -218,7 +219,7 @@ int plugin_list(const PluginListOptions& options) {
     for (const Listed& row : rows)
       out["plugins"].push_back({{"place", row.place}, {"path", row.path}, {"torch", row.torch},
                                 {"build_id", row.build_id}, {"loadable", row.loadable}, {"status", row.status}});
-    printf("%s\n", out.dump(2).c_str());
+    printf("%s\n", json_text(out, 2).c_str());
     return 0;
   }
   printf("searched in this order (the first plugin built for the running libtorch is loaded):\n"

@@ -12,6 +12,7 @@
 
 #include "../common/bytes_text.h"
 #include "../common/report_table.h"
+#include "json_fields.h"
 #include "report.h"
 #include "text_table.h"
 
@@ -31,10 +32,7 @@ struct Gathered {
   std::vector<std::string> problems;  // unreadable, foreign or incomplete reports
 };
 
-uint64_t number(const json& report, const char* key) {
-  auto found = report.find(key);
-  return found != report.end() && found->is_number_unsigned() ? found->get<uint64_t>() : 0;
-}
+uint64_t number(const json& report, const char* key) { return count_field(report, key, 0); }
 
 uint64_t skipped_calls(const json& report) {
   uint64_t total = 0;
@@ -51,14 +49,23 @@ void read_report(const fs::path& path, Gathered* gathered) {
     gathered->problems.push_back(path.string() + ": not JSON, or truncated");
     return;
   }
-  if (report.value("schema", "") != kReportSchema) {
+  if (text_field(report, "schema", "") != kReportSchema) {
     gathered->problems.push_back(path.string() + ": not a fsdpskip report (no \"schema\": \"" + kReportSchema + "\")");
     return;
   }
-  if (report.value("schema_version", 0) != kReportSchemaVersion) {
-    gathered->problems.push_back(path.string() + ": schema version " + report.value("schema_version", json()).dump() +
+  if (integer_field(report, "schema_version", 0) != kReportSchemaVersion) {
+    gathered->problems.push_back(path.string() + ": schema version " + json_text(report.value("schema_version", json())) +
                                  ", this fsdpskip reads version " + std::to_string(kReportSchemaVersion));
     return;
+  }
+  // fsdpskip's own writer gives every counter: one missing or of another type
+  // is a report this command cannot vouch for.
+  for (int c = 0; c < kCounterCount; ++c) {
+    const json* value = field(report, kCounterRows.rows[c]->key);
+    if (value == nullptr || !value->is_number_unsigned()) {
+      gathered->problems.push_back(path.string() + ": \"" + kCounterRows.rows[c]->key + "\" is missing or not a count");
+      return;
+    }
   }
   gathered->processes.push_back({path.string(), std::move(report)});
 }
@@ -93,7 +100,10 @@ Gathered gather(const std::vector<std::string>& inputs, std::string* error) {
   return gathered;
 }
 
-std::string integer(const json& value) { return value.is_number_integer() ? std::to_string(value.get<int64_t>()) : "?"; }
+std::string integer(const json& report, const char* key) {
+  const json* value = field(report, key);
+  return value && value->is_number_integer() ? std::to_string(value->get<int64_t>()) : "?";
+}
 
 }  // namespace
 
@@ -106,7 +116,8 @@ int report(const ReportOptions& options) {
   }
   std::sort(gathered.processes.begin(), gathered.processes.end(), [](const Process& a, const Process& b) {
     auto key = [](const json& r) {
-      return std::make_tuple(r.value("host", ""), r.value("rank", -1), r.value("local_rank", -1), r.value("pid", 0));
+      return std::make_tuple(text_field(r, "host", ""), integer_field(r, "rank", -1), integer_field(r, "local_rank", -1),
+                             integer_field(r, "pid", 0));
     };
     return key(a.report) < key(b.report);
   });
@@ -121,11 +132,10 @@ int report(const ReportOptions& options) {
     resolved += number(r, key(Counter::resolved_by_overwrite)) + number(r, key(Counter::resolved_by_free));
     uint64_t pending_here = number(r, key(Counter::pending_count));
     pending += pending_here;
-    std::string who = r.value("host", "?") + " rank " + integer(r.value("rank", json())) + " pid " +
-                      integer(r.value("pid", json()));
+    std::string who = text_field(r, "host", "?") + " rank " + integer(r, "rank") + " pid " + integer(r, "pid");
     if (pending_here)
       reasons.push_back(who + ": " + std::to_string(pending_here) + " storage(s) pending: never received rank 0's data");
-    if (calls_here && !r.value("loading_ended", false))
+    if (calls_here && !flag_field(r, "loading_ended", false))
       notes.push_back(who + ": skipped inits but saw no broadcast from rank 0");
   }
   bool pass = reasons.empty();
@@ -146,15 +156,15 @@ int report(const ReportOptions& options) {
       row["file"] = process.file;
       out["processes"].push_back(std::move(row));
     }
-    printf("%s\n", out.dump(2).c_str());
+    printf("%s\n", json_text(out, 2).c_str());
     return pass ? 0 : 1;
   }
 
   TextTable table({"host", "rank", "local", "pid", "mode", "skipped calls", "never committed", "resolved", "pending"});
   for (const Process& process : gathered.processes) {
     const json& r = process.report;
-    table.add({r.value("host", "?"), integer(r.value("rank", json())), integer(r.value("local_rank", json())),
-               integer(r.value("pid", json())), r.value("mode", "?"), std::to_string(skipped_calls(r)),
+    table.add({text_field(r, "host", "?"), integer(r, "rank"), integer(r, "local_rank"), integer(r, "pid"),
+               text_field(r, "mode", "?"), std::to_string(skipped_calls(r)),
                bytes_text(number(r, key(Counter::bytes_never_committed))),
                std::to_string(number(r, key(Counter::resolved_by_overwrite)) + number(r, key(Counter::resolved_by_free))),
                std::to_string(number(r, key(Counter::pending_count)))});

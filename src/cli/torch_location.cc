@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../common/options_table.h"
+#include "json_fields.h"
 #include "subprocess.h"
 
 namespace fsdpskip::cli {
@@ -57,10 +58,10 @@ std::optional<Torch> torch_of_python(const std::string& python, const std::strin
   }
   Torch torch;
   torch.origin = "python " + python;
-  torch.version = answer.value("version", "unknown");
-  torch.cmake_prefix = answer.value("cmake_prefix", "");
+  torch.version = text_field(answer, "version", "unknown");
+  torch.cmake_prefix = text_field(answer, "cmake_prefix", "");
   for (Library library : kLibraries)
-    torch.libraries[static_cast<int>(library)] = answer["libraries"].value(library_prefix(library), "");
+    torch.libraries[static_cast<int>(library)] = text_field(answer["libraries"], library_prefix(library), "");
   if (library_path(torch, Library::kTorchCpu).empty()) {
     *error = python + " imported torch " + torch.version + " but no libtorch_cpu.so was mapped";
     return std::nullopt;

@@ -35,8 +35,10 @@ inline constexpr Option kOptions[] = {
 // The row named by `length` bytes at `name` (not NUL-terminated); nullptr
 // when fsdpskip does not read that variable.
 inline const Option* find_option(const char* name, size_t length) {
+  // Lengths first: `name` may hold a NUL (strncmp would stop there and the
+  // row's name be read past its end; found by tools/fuzz).
   for (const Option& option : kOptions)
-    if (strncmp(option.name, name, length) == 0 && option.name[length] == '\0') return &option;
+    if (strlen(option.name) == length && memcmp(option.name, name, length) == 0) return &option;
   return nullptr;
 }
 

@@ -91,11 +91,16 @@ bool read_fd_section(int fd, const char* name, char* out, size_t out_size) {
                    elf->e_shentsize == sizeof(Elf64_Shdr) && elf->e_shstrndx < elf->e_shnum &&
                    elf->e_shoff <= size && size_t{elf->e_shnum} <= (size - elf->e_shoff) / sizeof(Elf64_Shdr);
       if (valid) {
-        const auto* sections = reinterpret_cast<const Elf64_Shdr*>(file + elf->e_shoff);
-        const Elf64_Shdr& names = sections[elf->e_shstrndx];
+        // Headers are copied out: a corrupt file may put them at any alignment.
+        auto header = [&](size_t index) {
+          Elf64_Shdr copy;
+          memcpy(&copy, file + elf->e_shoff + index * sizeof copy, sizeof copy);
+          return copy;
+        };
+        const Elf64_Shdr names = header(elf->e_shstrndx);
         bool names_fit = names.sh_offset <= size && names.sh_size <= size - names.sh_offset;
         for (int i = 0; i < elf->e_shnum && !found && names_fit; ++i) {
-          const Elf64_Shdr& section = sections[i];
+          const Elf64_Shdr section = header(i);
           if (section.sh_name >= names.sh_size || section.sh_type == SHT_NOBITS) continue;
           const char* section_name = file + names.sh_offset + section.sh_name;
           if (strncmp(section_name, name, names.sh_size - section.sh_name) != 0) continue;

@@ -121,6 +121,10 @@ def test_report_fails_when_a_storage_is_pending(tmp_path):
     ("other.json", '{"schema": "something-else"}', "not a fsdpskip report"),
     ("future.json", '{"schema": "fsdpskip-report", "schema_version": 2}', "schema version 2"),
     ("r.json.partial.123", "{", "incomplete"),
+    # Found by tools/fuzz: fields of another type made `fsdpskip report` throw and abort.
+    ("schema-number.json", '{"schema": 5, "schema_version": "1"}', "not a fsdpskip report"),
+    ("types.json", '{"schema": "fsdpskip-report", "schema_version": 1, "host": 5, "pending_count": "none"}',
+     "is missing or not a count"),
 ])
 def test_report_fails_on_a_report_it_cannot_vouch_for(tmp_path, name, content, needle):
     (tmp_path / name).write_text(content)
