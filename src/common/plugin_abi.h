@@ -23,10 +23,10 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 5
+#define FSDPSKIP_PLUGIN_ABI 6
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
-// As text: the plugin's identity section carries it ("abi=5"), so a plugin
+// As text: the plugin's identity section carries it ("abi=6"), so a plugin
 // of another ABI is passed over before it is loaded.
 #define FSDPSKIP_PLUGIN_ABI_TEXT FSDPSKIP_TEXT_OF(FSDPSKIP_PLUGIN_ABI)
 
@@ -66,6 +66,13 @@ typedef enum fsdpskip_log_level {
   FSDPSKIP_LOG_TRACE
 } fsdpskip_log_level;
 
+// FSDPSKIP_STACKS, in the order of its accepted words (options.def).
+typedef enum fsdpskip_stacks {
+  FSDPSKIP_STACKS_PYTHON,  // the Python frames of the skip, then the native ones
+  FSDPSKIP_STACKS_NATIVE,
+  FSDPSKIP_STACKS_OFF
+} fsdpskip_stacks;
+
 // What a line on stderr is; the sink (src/preload/log.cc) holds, per kind,
 // the least FSDPSKIP_LOG that prints it, its label and its cap.
 typedef enum fsdpskip_message {
@@ -99,6 +106,7 @@ typedef struct fsdpskip_host {
   bool active;  // false: no new tags or skips; skipped storages still resolve
   fsdpskip_mode mode;
   fsdpskip_log_level log_level;
+  fsdpskip_stacks stacks;
   int local_rank;
   int rank;                     // -1 when unknown
   const char* report_template;  // FSDPSKIP_REPORT, or NULL

@@ -74,11 +74,19 @@ bool parse_rank(const char* text, int* value) {
 
 Options resolve_options(EnvLookup lookup, void* context) {
   Options options;
-  const Option& log = option_of(OptionRole::kLogLevel);
-  if (const char* value = lookup(log.name, context)) {
-    int level = word_index(log.accepted, value);
-    if (level < 0) return fail(&options, log, value), options;
-    options.log_level = static_cast<fsdpskip_log_level>(level);
+  // The rows whose value is one of their accepted words, kept as its position.
+  const struct {
+    OptionRole role;
+    int* value;
+  } kWords[] = {{OptionRole::kLogLevel, reinterpret_cast<int*>(&options.log_level)},
+                {OptionRole::kStacks, reinterpret_cast<int*>(&options.stacks)}};
+  for (const auto& row : kWords) {
+    const Option& option = option_of(row.role);
+    if (const char* value = lookup(option.name, context)) {
+      int index = word_index(option.accepted, value);
+      if (index < 0) return fail(&options, option, value), options;
+      *row.value = index;
+    }
   }
 
   const Option& mode = option_of(OptionRole::kMode);

@@ -22,6 +22,7 @@ struct Options {
   int local_rank = -1;   // -1: no local rank found
   int rank = -1;         // global rank, for reports only
   fsdpskip_log_level log_level = FSDPSKIP_LOG_SUMMARY;
+  fsdpskip_stacks stacks = FSDPSKIP_STACKS_PYTHON;
   const char* report_template = nullptr;
   const char* plugin_path = nullptr;  // FSDPSKIP_PLUGIN override
   const char* cache_home = nullptr;   // XDG_CACHE_HOME: the user's plugin cache

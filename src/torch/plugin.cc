@@ -82,7 +82,7 @@ const fsdpskip_plugin kPlugin = {
     [](const void* buffer, size_t bytes) { Tracker::instance().received(buffer, bytes); },
     [](bool opens_loading) {
       Tracker::instance().set_policy(g_preload->active, g_preload->mode == FSDPSKIP_MODE_AUDIT, g_preload->log_level,
-                                     opens_loading);
+                                     g_preload->stacks, opens_loading);
     },
     finish,
 };
@@ -108,6 +108,8 @@ extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpski
   }
   g_preload = host;
   Tracker::instance().start(host->say);
-  Tracker::instance().set_policy(host->active, host->mode == FSDPSKIP_MODE_AUDIT, host->log_level, false);
+  Tracker::instance().set_policy(host->active, host->mode == FSDPSKIP_MODE_AUDIT, host->log_level, host->stacks,
+                                 false);
+  host->say(FSDPSKIP_MESSAGE_DEBUG, ("Python frames: " + Tracker::instance().python_found()).c_str());
   return &kPlugin;
 }

@@ -35,24 +35,39 @@ std::string json_string(const std::string& text) {
   return out + "\"";
 }
 
-// Frames of the skip site, innermost first, without fsdpskip's own frames;
-// a run of frames in one object (torch's dispatcher) shows as its outermost.
-std::vector<std::string> symbolised(const SkipSite& site) {
+const char* base_name(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return path.c_str() + (slash == std::string::npos ? 0 : slash + 1);
+}
+
+// The skip site's Python frames, innermost first: "file.py:512 in
+// _init_weights" (the file's base name, or its whole path).
+std::vector<std::string> python_frames_text(const SkipSite& site, bool whole_paths) {
+  std::vector<std::string> frames;
+  for (const PythonFrame& frame : site.stack.python)
+    frames.push_back(format("%s:%d in %s", whole_paths ? frame.file.c_str() : base_name(frame.file), frame.line,
+                            frame.function.c_str()));
+  return frames;
+}
+
+// Its native frames, innermost first, without fsdpskip's own frames; a run
+// of frames in one object (torch's dispatcher) shows as its outermost.
+std::vector<std::string> native_frames_text(const SkipSite& site) {
   std::vector<std::string> frames;
   std::string previous_object;
-  for (int i = 0; i < site.depth; ++i) {
+  for (int i = 0; i < site.stack.native_depth; ++i) {
+    void* address = site.stack.native[i];
     Dl_info info;
-    if (dladdr(site.stack[i], &info) == 0 || info.dli_fname == nullptr) {
-      frames.push_back(format("%p", site.stack[i]));
+    if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) {
+      frames.push_back(format("%p", address));
       previous_object.clear();
       continue;
     }
-    const char* slash = strrchr(info.dli_fname, '/');
-    std::string object = slash ? slash + 1 : info.dli_fname;
+    std::string object = base_name(info.dli_fname);
     if (object.rfind("libfsdpskip", 0) == 0) continue;
     std::string frame = info.dli_sname ? object + "(" + info.dli_sname + ")"
                                        : object + format("+%#lx", static_cast<unsigned long>(
-                                                                     static_cast<char*>(site.stack[i]) -
+                                                                     static_cast<char*>(address) -
                                                                      static_cast<char*>(info.dli_fbase)));
     if (object == previous_object) frames.back() = frame;
     else frames.push_back(frame);
@@ -93,12 +108,15 @@ std::string summary_line(const ReportContext& context, const Stats& stats, bool 
 }
 
 std::string pending_line(const SkipSite& site) {
-  std::string line = format("pending storage %s %s on %s, %s: skipped (%s) and never received "
-                            "rank 0's data; skipped at ",
+  std::string line = format("pending storage %s %s on %s, %s: skipped (%s) and never received rank 0's data",
                             site.shape.c_str(), site.dtype.c_str(), site.device.c_str(),
                             bytes_text(site.bytes).c_str(), kernel_name(site.first_kernel));
-  std::vector<std::string> frames = symbolised(site);
-  for (size_t i = 0; i < frames.size() && i < 6; ++i) line += (i ? " < " : "") + frames[i];
+  // The Python frames say where in the user's code; a few native ones say
+  // which torch function.
+  std::vector<std::string> python = python_frames_text(site, false), native = native_frames_text(site);
+  size_t shown = 0;
+  for (size_t i = 0; i < python.size() && i < 3; ++i) line += (shown++ ? " < " : "; skipped at ") + python[i];
+  for (size_t i = 0; i < native.size() && shown < 6; ++i) line += (shown++ ? " < " : "; skipped at ") + native[i];
   return line;
 }
 
@@ -122,7 +140,8 @@ std::string report_json(const ReportContext& context, const Stats& stats,
                    "\"stack\": [",
                    i ? "," : "", json_string(site.shape).c_str(), json_string(site.dtype).c_str(),
                    json_string(site.device).c_str(), site.bytes, kernel_name(site.first_kernel));
-    std::vector<std::string> frames = symbolised(site);
+    std::vector<std::string> frames = python_frames_text(site, true), native = native_frames_text(site);
+    frames.insert(frames.end(), native.begin(), native.end());
     for (size_t f = 0; f < frames.size(); ++f) json += (f ? ", " : "") + json_string(frames[f]);
     json += "]}";
   }

@@ -8,8 +8,6 @@
 #include <ATen/ops/lt.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/impl/alloc_cpu.h>
-#include <dlfcn.h>
-#include <execinfo.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -17,6 +15,7 @@
 #include <cstdio>
 
 #include "compat.h"
+#include "python_frames.h"
 #include "zero_pages.h"
 
 namespace fsdpskip {
@@ -96,10 +95,12 @@ Tracker& Tracker::instance() {
   return *tracker;
 }
 
-void Tracker::set_policy(bool enabled, bool audit, fsdpskip_log_level log_level, bool opens_loading) {
+void Tracker::set_policy(bool enabled, bool audit, fsdpskip_log_level log_level, fsdpskip_stacks stacks,
+                         bool opens_loading) {
   enabled_.store(enabled);
   audit_.store(audit);
   log_level_.store(log_level);
+  stacks_.store(stacks);
   if (!enabled || !opens_loading) return;
   std::lock_guard<std::mutex> lock(mutex_);
   // A later model of the same process: its placeholders are tagged until the
@@ -120,17 +121,16 @@ void Tracker::start(Say say) {
   // pages. Its deleter identifies that memory later.
   c10::DataPtr sample = c10::GetDefaultCPUAllocator()->allocate(1);
   cpu_deleter_ = sample.get_deleter();
-  // Frees while the interpreter finalizes (module globals cleared) are the
-  // process ending, not a resolution. 3.13 renamed the function.
-  for (const char* name : {"Py_IsFinalizing", "_Py_IsFinalizing"})
-    if (void* function = dlsym(RTLD_DEFAULT, name)) {
-      python_finalizing_ = reinterpret_cast<int (*)()>(function);
-      break;
-    }
+  // The CPython of the Python frames and of python_finalizing(): frees while
+  // the interpreter finalizes (module globals cleared) are the process
+  // ending, not a resolution.
+  python_found_ = find_python(say);
 }
 
+std::string Tracker::python_found() const { return python_found_; }
+
 bool Tracker::shutting_down() const {
-  return shutting_down_.load() || (python_finalizing_ && python_finalizing_());
+  return shutting_down_.load() || python_finalizing();
 }
 
 bool Tracker::from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const {
@@ -245,7 +245,6 @@ bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const 
   site->device = self.device().str();
   site->bytes = record.storage->nbytes();
   site->first_kernel = kernel;
-  site->depth = backtrace(site->stack, kStackDepth);
   record.site = std::move(site);
   ++stats_[Counter::storages_skipped];
   stats_[Counter::bytes_skipped] += record.storage->nbytes();
@@ -443,6 +442,7 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
   if (anonymous) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
   else if (storage->device_type() != c10::DeviceType::CPU && zero_with_torch(storage)) zeroed.written = bytes;
   else left = true;
+  if (first) record_skip_stack(storage);
   std::lock_guard<std::mutex> lock(mutex_);
   // Known zeros only where the comparisons' answers can use them: the CPU allocator's memory.
   if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
@@ -469,11 +469,22 @@ void Tracker::audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t n
   c10::StorageImpl* storage = storage_of(self);
   if (storage == nullptr) return;
   if (kernel == FSDPSKIP_COPY) tag(storage);
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.calls[kernel];
+    stats_[Counter::audited_kernel_ns] += nanoseconds;
+    if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
+      first = mark_skipped_locked(*record, kernel, self);
+  }
+  if (first) record_skip_stack(storage);
+}
+
+void Tracker::record_skip_stack(c10::StorageImpl* storage) {
+  SkipStack stack = capture_skip_stack(stacks_.load());
   std::lock_guard<std::mutex> lock(mutex_);
-  ++stats_.calls[kernel];
-  stats_[Counter::audited_kernel_ns] += nanoseconds;
-  if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
-    mark_skipped_locked(*record, kernel, self);
+  // Resolved or freed meanwhile (another thread): its site no longer matters.
+  if (Record* record = find_locked(storage); record && record->site) record->site->stack = std::move(stack);
 }
 
 void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {

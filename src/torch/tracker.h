@@ -28,6 +28,7 @@
 
 #include "../common/plugin_abi.h"
 #include "../common/report_table.h"
+#include "skip_stack.h"
 
 namespace fsdpskip {
 
@@ -37,16 +38,13 @@ enum class Role : uint8_t {
   kDerived,    // the zeros decide_on_zeros' answer produced (a comparison's mask)
 };
 
-constexpr int kStackDepth = 24;
-
 // Where and what a skipped storage was, captured at its first skip, so the
 // exit report needs no torch call.
 struct SkipSite {
   std::string shape, dtype, device;
   size_t bytes = 0;
   fsdpskip_kernel first_kernel = FSDPSKIP_NORMAL;
-  void* stack[kStackDepth] = {};
-  int depth = 0;
+  SkipStack stack;
 };
 
 // What the report and the summary say (report.def's counters), and the calls
@@ -65,10 +63,14 @@ class Tracker {
 
   // Once, when the plugin is loaded; `say` may be nullptr (silent).
   void start(Say say);
+  // The CPython found for the Python frames ("CPython 3.11.2"), or why none.
+  std::string python_found() const;
   // The preload's decision (again whenever it changes). enabled: new tags and
   // skips are allowed; disabled, storages already skipped still resolve.
   // opens_loading: a new loading phase begins, if the last one ended.
-  void set_policy(bool enabled, bool audit, fsdpskip_log_level log_level, bool opens_loading);
+  // stacks: what a skipped storage's record names (FSDPSKIP_STACKS).
+  void set_policy(bool enabled, bool audit, fsdpskip_log_level log_level, fsdpskip_stacks stacks,
+                  bool opens_loading);
 
   fsdpskip_verdict decide_init(fsdpskip_kernel kernel, const at::Tensor& self);
   fsdpskip_verdict decide_fill(const at::Tensor& self, const c10::Scalar& value);
@@ -141,6 +143,8 @@ class Tracker {
   void end_loading_locked();
   // Marks the first skip of a record; returns true when it was the first.
   bool mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self);
+  // After a first skip, outside the lock: where it came from, into its site.
+  void record_skip_stack(c10::StorageImpl* storage);
   bool shutting_down() const;
   fsdpskip_verdict skip_verdict() const { return audit_ ? FSDPSKIP_AUDIT : FSDPSKIP_SKIP; }
   bool from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const;
@@ -173,8 +177,9 @@ class Tracker {
   std::atomic<bool> audit_{false};
   bool forked_child_ = false;
   std::atomic<fsdpskip_log_level> log_level_{FSDPSKIP_LOG_SUMMARY};
+  std::atomic<fsdpskip_stacks> stacks_{FSDPSKIP_STACKS_PYTHON};
   c10::DeleterFnPtr cpu_deleter_ = nullptr;
-  int (*python_finalizing_)() = nullptr;
+  std::string python_found_;  // find_python's answer, for the debug log
   Say say_ = nullptr;
 };
 

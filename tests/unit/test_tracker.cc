@@ -21,7 +21,7 @@ c10::StorageImpl* storage(const at::Tensor& t) { return compat::storage_of(t.uns
 Tracker& tracker() {
   static bool configured = [] {
     Tracker::instance().start(nullptr);
-    Tracker::instance().set_policy(true, false, FSDPSKIP_LOG_QUIET, false);
+    Tracker::instance().set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, false);
     return true;
   }();
   (void)configured;
@@ -234,9 +234,9 @@ TEST(Tracker, PolicyReopensLoadingAndEarlierSkipsStayPending) {
   tracker().skipped(FSDPSKIP_NORMAL, first);
   receive(torch::ones({4}));  // a broadcast that does not cover `first`
   ASSERT_FALSE(tracker().loading());
-  tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, false);
+  tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, false);
   EXPECT_FALSE(tracker().loading()) << "a change that states no loading reopens nothing";
-  tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, true);
+  tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
   EXPECT_TRUE(tracker().loading());
   at::Tensor second = torch::empty({64});
   EXPECT_TRUE(tracker().tag(storage(second)));
@@ -249,7 +249,7 @@ TEST(Tracker, DisabledTagsAndSkipsNothingButStillResolves) {
   at::Tensor skipped = torch::empty({64});
   ASSERT_TRUE(tracker().tag(storage(skipped)));
   tracker().skipped(FSDPSKIP_NORMAL, skipped);
-  tracker().set_policy(false, false, FSDPSKIP_LOG_QUIET, true);
+  tracker().set_policy(false, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
   at::Tensor later = torch::empty({64});
   EXPECT_FALSE(tracker().tag(storage(later)));
   EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, later), FSDPSKIP_RUN);
@@ -257,7 +257,7 @@ TEST(Tracker, DisabledTagsAndSkipsNothingButStillResolves) {
   EXPECT_TRUE(tracker().is_pending(storage(skipped)));
   receive(skipped);
   EXPECT_FALSE(tracker().is_pending(storage(skipped))) << "rank 0's data still resolves it";
-  tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, true);
+  tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
   EXPECT_TRUE(tracker().tag(storage(later))) << "enabled again, a new loading phase";
 }
 
@@ -301,7 +301,7 @@ TEST(Tracker, FreeResolvesAndShutdownFreesStayPending) {
   EXPECT_EQ(pending[0].shape, "8x4");
   EXPECT_EQ(pending[0].bytes, 128u);
   EXPECT_EQ(pending[0].first_kernel, FSDPSKIP_FILL);
-  EXPECT_GT(pending[0].depth, 0);
+  EXPECT_GT(pending[0].stack.native_depth, 0);
 }
 
 TEST(Tracker, ConversionOfSkippedStorageIsSkippedAndStaysSkipped) {
