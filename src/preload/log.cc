@@ -1,7 +1,11 @@
 #include "log.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace fsdpskip {
@@ -39,8 +43,22 @@ void write_line(const char* label, const char* format, va_list args) {
   size_t length = prefix + (body < 0 ? 0 : body);
   if (length > sizeof line - 2) length = sizeof line - 2;
   line[length++] = '\n';
-  ssize_t ignored = write(STDERR_FILENO, line, length);
-  (void)ignored;
+  // stderr may be a pipe whose reader is gone: the write must fail, not kill
+  // a program that never ignored SIGPIPE (a LibTorch binary) with its exit
+  // status changed. The signal is blocked for the write and, if the write
+  // raised it, taken back.
+  sigset_t pipe_signal, previous, pending;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, &previous);
+  bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  int saved = errno;
+  if (write(STDERR_FILENO, line, length) < 0 && errno == EPIPE && !was_pending) {
+    const timespec no_wait = {0, 0};
+    sigtimedwait(&pipe_signal, nullptr, &no_wait);
+  }
+  errno = saved;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 void write_line(const char* label, const char* format, ...) {

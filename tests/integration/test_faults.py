@@ -1,0 +1,176 @@
+"""Faults while loading (issue 15, point 4): a rank killed or exiting from a
+thread in the middle of loading, stderr closed or a pipe whose reader died,
+the report's directory removed or full, forked children exiting either way.
+Each runs with and without the preload: the program's exit status and
+output are the same, fsdpskip neither crashes nor hangs, and a report is
+complete or absent, never a half-written file under its name."""
+import json
+import os
+import signal
+import subprocess
+import textwrap
+
+import pytest
+
+from harness import PYTHON, environment, run
+
+LIBTORCH_PROGRAM = os.environ["FSDPSKIP_LIBTORCH_MODEL"]
+ACTIVE = {"LOCAL_RANK": "1", "FSDPSKIP": "on"}
+
+# Loads a model's placeholders (skipped on rank 1), prints a line, then does
+# what FAULT says, part way through a loading that never receives rank 0's data.
+LOADER = textwrap.dedent("""\
+    import ctypes, os, signal, sys, threading, time
+    import torch, torch.nn as nn
+    kept = [nn.Linear(256, 256) for _ in range(4)]
+    print("loaded", flush=True)
+    fault = sys.argv[1]
+    if fault == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif fault == "sigterm-handled":  # a framework's handler that exits cleanly
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif fault == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif fault == "os-exit-from-thread":
+        threading.Thread(target=lambda: os._exit(4)).start()
+        while True:
+            kept.append(nn.Linear(64, 64))
+    elif fault == "exit-from-thread":  # C exit() from a watchdog: atexit handlers run in that thread
+        # The main thread is parked first: exit() while it runs torch would
+        # crash the program with or without fsdpskip (its libraries' static
+        # destructors; seen on CPython 3.14 without the preload).
+        parked = threading.Event()
+        def leave():
+            parked.wait()
+            ctypes.CDLL(None).exit(5)
+        threading.Thread(target=leave).start()
+        kept.append(nn.Linear(64, 64))
+        parked.set()
+        threading.Event().wait()
+    elif fault == "close-stderr":  # as coreutils' close_stdout does at exit
+        os.close(2)
+    elif fault in ("fork-exit", "fork-_exit"):
+        child = os.fork()
+        if child == 0:
+            nn.Linear(32, 32)
+            if fault == "fork-exit":
+                sys.exit(0)
+            os._exit(0)
+        os.waitpid(child, 0)
+    """)
+
+
+def loader(tmp_path, fault, preload, report=None, stderr=subprocess.PIPE, **variables):
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER)
+    env = environment(preload, **(dict(ACTIVE, **variables) if preload else {}))
+    if report is not None:
+        env["FSDPSKIP_REPORT"] = str(report)
+    return subprocess.run([PYTHON, str(script), fault], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                          timeout=300)
+
+
+def leftovers(directory):
+    return sorted(name for name in os.listdir(str(directory)) if ".partial" in name)
+
+
+@pytest.mark.parametrize("fault, status", [("sigterm", -signal.SIGTERM), ("sigkill", -signal.SIGKILL),
+                                           ("os-exit-from-thread", 4)])
+def test_a_rank_that_dies_mid_load_keeps_its_status_and_leaves_no_report(tmp_path, fault, status):
+    plain = loader(tmp_path, fault, preload=False)
+    report = tmp_path / "report.json"
+    active = loader(tmp_path, fault, preload=True, report=report)
+    assert plain.returncode == active.returncode == status, (plain.returncode, active.returncode, active.stderr)
+    assert plain.stdout == active.stdout == "loaded\n"
+    assert not report.exists() and leftovers(tmp_path) == [], "a process that never reached exit writes nothing"
+
+
+@pytest.mark.parametrize("fault, status", [("sigterm-handled", 3), ("exit-from-thread", 5)])
+def test_a_rank_that_exits_mid_load_writes_a_complete_report(tmp_path, fault, status):
+    plain = loader(tmp_path, fault, preload=False)
+    report = tmp_path / "report.json"
+    active = loader(tmp_path, fault, preload=True, report=report)
+    assert plain.returncode == active.returncode == status, (plain.returncode, active.returncode, active.stderr)
+    assert plain.stdout == active.stdout == "loaded\n"
+    with open(str(report)) as f:
+        data = json.load(f)
+    assert data["storages_skipped"] >= 8 and data["pending_count"] == len(data["pending"]) > 0, data
+    assert leftovers(tmp_path) == []
+
+
+def test_stderr_closed_before_exit_changes_nothing(tmp_path):
+    plain = loader(tmp_path, "close-stderr", preload=False)
+    report = tmp_path / "report.json"
+    active = loader(tmp_path, "close-stderr", preload=True, report=report)
+    assert plain.returncode == active.returncode == 0
+    assert plain.stdout == active.stdout == "loaded\n" and active.stderr == ""
+    assert json.loads(report.read_text())["pending_count"] > 0, "the report does not need stderr"
+
+
+def test_stderr_closed_from_the_start_changes_nothing(tmp_path):
+    plain = loader(tmp_path, "none", preload=False, stderr=subprocess.DEVNULL)
+    env = environment(True, **ACTIVE)
+    script = tmp_path / "loader.py"
+    done = subprocess.run(["sh", "-c", 'exec "$@" 2>&-', "sh", PYTHON, str(script), "none"], env=env,
+                          stdout=subprocess.PIPE, text=True, timeout=300)
+    assert plain.returncode == done.returncode == 0 and done.stdout == plain.stdout == "loaded\n"
+
+
+def test_a_dead_stderr_reader_does_not_turn_the_exit_status_into_sigpipe():
+    """A LibTorch program does not ignore SIGPIPE (Python does): fsdpskip's
+    summary at exit, written into a pipe whose reader is gone, must not kill
+    it."""
+    results = []
+    for preload in (False, True):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            done = subprocess.run([LIBTORCH_PROGRAM], env=environment(preload, **(ACTIVE if preload else {})),
+                                  stdout=subprocess.PIPE, stderr=write_end, text=True, timeout=300)
+        finally:
+            os.close(write_end)
+        results.append(done)
+    plain, active = results
+    assert plain.returncode == active.returncode == 0, (plain.returncode, active.returncode)
+    assert plain.stdout.splitlines()[0].split()[0] == active.stdout.splitlines()[0].split()[0]
+
+
+@pytest.mark.parametrize("fault", ["fork-exit", "fork-_exit"])
+def test_a_forked_child_exiting_either_way_reports_nothing_and_its_parent_reports(tmp_path, fault):
+    report = tmp_path / "report-%p.json"
+    plain = loader(tmp_path, fault, preload=False)
+    active = loader(tmp_path, fault, preload=True, report=report)
+    assert plain.returncode == active.returncode == 0 and plain.stdout == active.stdout
+    reports = sorted(name for name in os.listdir(str(tmp_path)) if name.startswith("report-"))
+    assert len(reports) == 1, "only the parent reports: %s" % reports
+    assert json.loads((tmp_path / reports[0]).read_text())["pending_count"] > 0
+    summaries = [line for line in active.stderr.splitlines() if line.startswith("fsdpskip: local rank 1")]
+    assert len(summaries) == 1, active.stderr
+
+
+def test_a_report_directory_removed_before_exit_is_one_line(tmp_path):
+    directory = tmp_path / "reports"
+    directory.mkdir()
+    script = tmp_path / "remove.py"
+    script.write_text("import os, torch, torch.nn as nn\nkept = nn.Linear(64, 64)\nos.rmdir(%r)\n" % str(directory))
+    done = run([PYTHON, str(script)], FSDPSKIP_REPORT=str(directory / "r.json"), **ACTIVE)
+    assert done.returncode == 0
+    errors = [line for line in done.stderr.splitlines() if "FSDPSKIP_REPORT" in line]
+    assert len(errors) == 1 and "no report written" in errors[0], done.stderr
+
+
+def test_a_full_filesystem_leaves_no_partial_report(tmp_path):
+    """A tmpfs of one page: the report (its pending list) does not fit."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mount)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        done = loader(tmp_path, "none", preload=True, report=mount / "r.json")
+        assert done.returncode == 0 and done.stdout == "loaded\n"
+        errors = [line for line in done.stderr.splitlines() if "FSDPSKIP_REPORT" in line]
+        assert len(errors) == 1 and "No space left on device" in errors[0], done.stderr
+        assert os.listdir(str(mount)) == [], "the partial file is removed"
+    finally:
+        subprocess.run(["umount", str(mount)])
