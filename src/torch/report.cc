@@ -40,13 +40,22 @@ const char* base_name(const std::string& path) {
   return path.c_str() + (slash == std::string::npos ? 0 : slash + 1);
 }
 
+// True for a file of torch's own Python package (nn.init, nn.Module).
+bool in_torch_package(const std::string& file) {
+  return file.find("-packages/torch/") != std::string::npos;
+}
+
 // The skip site's Python frames, innermost first: "file.py:512 in
-// _init_weights" (the file's base name, or its whole path).
-std::vector<std::string> python_frames_text(const SkipSite& site, bool whole_paths) {
+// _init_weights" (the file's base name, or its whole path); without torch's
+// own frames when asked and any other frame is left.
+std::vector<std::string> python_frames_text(const SkipSite& site, bool whole_paths, bool callers_of_torch = false) {
+  bool any_other = false;
+  for (const PythonFrame& frame : site.stack.python) any_other |= !in_torch_package(frame.file);
   std::vector<std::string> frames;
   for (const PythonFrame& frame : site.stack.python)
-    frames.push_back(format("%s:%d in %s", whole_paths ? frame.file.c_str() : base_name(frame.file), frame.line,
-                            frame.function.c_str()));
+    if (!(callers_of_torch && any_other && in_torch_package(frame.file)))
+      frames.push_back(format("%s:%d in %s", whole_paths ? frame.file.c_str() : base_name(frame.file), frame.line,
+                              frame.function.c_str()));
   return frames;
 }
 
@@ -111,9 +120,10 @@ std::string pending_line(const SkipSite& site) {
   std::string line = format("pending storage %s %s on %s, %s: skipped (%s) and never received rank 0's data",
                             site.shape.c_str(), site.dtype.c_str(), site.device.c_str(),
                             bytes_text(site.bytes).c_str(), kernel_name(site.first_kernel));
-  // The Python frames say where in the user's code; a few native ones say
-  // which torch function.
-  std::vector<std::string> python = python_frames_text(site, false), native = native_frames_text(site);
+  // The Python frames say where in the user's code (torch's own Python,
+  // nn.init's helpers, is left to the report); a few native ones say which
+  // torch function.
+  std::vector<std::string> python = python_frames_text(site, false, true), native = native_frames_text(site);
   size_t shown = 0;
   for (size_t i = 0; i < python.size() && i < 3; ++i) line += (shown++ ? " < " : "; skipped at ") + python[i];
   for (size_t i = 0; i < native.size() && shown < 6; ++i) line += (shown++ ? " < " : "; skipped at ") + native[i];

@@ -13,7 +13,7 @@
 namespace fsdpskip {
 
 constexpr int kNativeFrames = 24;
-constexpr int kPythonFrames = 8;
+constexpr int kPythonFrames = 12;
 
 struct SkipStack {
   std::vector<PythonFrame> python;  // innermost first

@@ -29,6 +29,14 @@ DIRECT = textwrap.dedent("""\
     kept = build()
     """)
 
+THROUGH_NN_INIT = textwrap.dedent("""\
+    import torch, torch.nn as nn
+    def init_all(p):
+        nn.init.normal_(p, std=0.02)
+    kept = nn.Parameter(torch.empty(32, 8))
+    init_all(kept)
+    """)
+
 THREADED = textwrap.dedent("""\
     import threading, torch, torch.nn as nn
     kept = []
@@ -87,6 +95,14 @@ def test_the_pending_line_and_report_name_the_python_line_that_initialised_it(tm
     assert native and any("libtorch" in frame or "libc10" in frame for frame in native), native
 
 
+def test_the_pending_line_starts_at_the_caller_of_torch_and_the_report_keeps_torchs_frames(tmp_path):
+    path, lines, report, _ = pending_run(tmp_path, "init_all.py", THROUGH_NN_INIT)
+    assert "skipped at init_all.py:3 in init_all < init_all.py:5 in <module> < " in lines[0], lines
+    frames = python_frames(report["pending"][0]["stack"])
+    assert "torch/nn/init.py" in frames[0] and frames[-2:] == ["%s:3 in init_all" % path, "%s:5 in <module>" % path], \
+        frames
+
+
 def test_a_thread_is_named_by_its_own_frames(tmp_path):
     path, lines, report, _ = pending_run(tmp_path, "threaded.py", THREADED)
     [pending] = report["pending"]
@@ -103,6 +119,31 @@ def test_names_in_every_compact_form_read_as_utf8(tmp_path):
     assert python_frames(pending["stack"])[:3] == ["%s:4 in initialisé" % path, "%s:8 in 初始化" % path,
                                                    "%s:9 in <module>" % path], pending["stack"]
     assert "skipped at modèle_初.py:4 in initialisé < modèle_初.py:8 in 初始化" in lines[0], lines
+
+
+TRANSFORMERS_MODEL = textwrap.dedent("""\
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4)
+    model = LlamaForCausalLM(config)
+    """)
+
+
+def test_a_never_synced_transformers_model_names_its_modeling_lines(tmp_path):
+    """Where transformers is installed (sid, the pip venv): the 12 innermost
+    frames, from the modeling code's lines to the program's own where the
+    chain is short enough."""
+    pytest.importorskip("transformers")
+    path, lines, report, _ = pending_run(tmp_path, "build_llama.py", TRANSFORMERS_MODEL)
+    assert report["pending_count"] == len(report["pending"]) > 0
+    stacks = [python_frames(pending["stack"]) for pending in report["pending"]]
+    # Each storage is named by transformers' code: a module's __init__
+    # (torch's reset_parameters under it) or the _init_weights pass.
+    assert all(any("/transformers/" in frame for frame in frames) for frames in stacks), stacks
+    assert any(any("/transformers/" in frame and frame.endswith(" in _init_weights") for frame in frames)
+               for frames in stacks), stacks
+    assert any(frames[-1] == "%s:4 in <module>" % path for frames in stacks), stacks
+    assert any("skipped at modeling_llama.py:" in line for line in lines), lines
 
 
 @pytest.mark.parametrize("stacks", ["native", "off"])
