@@ -21,12 +21,18 @@ import policy_variables  # noqa: E402
 from measure import summary_lines  # noqa: E402,F401
 from launch import PYTHON  # noqa: E402,F401
 
+# tools/sanitize: ASan's allocator commits shadow memory and headers of its
+# own, so resident memory says nothing of fsdpskip's saving there.
+SANITIZED = bool(os.environ.get("FSDPSKIP_SANITIZER_PRELOAD"))
+
+
 def environment(preload, **variables):
     """This process's environment without any variable that could change
     fsdpskip's decision (policy_variables: options.def), then `variables`."""
     env = policy_variables.without_policy(os.environ)
     if preload:
-        env["LD_PRELOAD"] = PRELOAD
+        # A sanitized build (tools/sanitize) needs the sanitizer's runtime first.
+        env["LD_PRELOAD"] = " ".join(filter(None, [os.environ.get("FSDPSKIP_SANITIZER_PRELOAD"), PRELOAD]))
     env.update({k: str(v) for k, v in variables.items()})
     return env
 

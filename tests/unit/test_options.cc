@@ -124,8 +124,11 @@ TEST(Options, MalformedValuesNameVariableValueAndAcceptedAndStayInert) {
 }
 
 TEST(Options, LogLevelsAndPaths) {
-  Options options = resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_LOG", "quiet"},
-                             {"FSDPSKIP_REPORT", "/tmp/r-%r.json"}, {"RANK", "7"}});
+  // report_template points into the environment (found by ASan: a
+  // temporary's was read after it was gone).
+  Environment environment = {{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_LOG", "quiet"},
+                             {"FSDPSKIP_REPORT", "/tmp/r-%r.json"}, {"RANK", "7"}};
+  Options options = resolve_options(lookup, &environment);
   EXPECT_EQ(options.log_level, FSDPSKIP_LOG_QUIET);
   EXPECT_STREQ(options.report_template, "/tmp/r-%r.json");
   EXPECT_EQ(options.rank, 7);
