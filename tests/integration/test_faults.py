@@ -71,6 +71,18 @@ def loader(tmp_path, fault, preload, report=None, stderr=subprocess.PIPE, **vari
                           timeout=300)
 
 
+def same_status_and_output(tmp_path, fault, status):
+    """Runs the fault without the preload and on an active rank with a report;
+    both end with `status` and print the same. Returns (the report's path,
+    the active run)."""
+    plain = loader(tmp_path, fault, preload=False)
+    report = tmp_path / "report.json"
+    active = loader(tmp_path, fault, preload=True, report=report)
+    assert plain.returncode == active.returncode == status, (plain.returncode, active.returncode, active.stderr)
+    assert plain.stdout == active.stdout == "loaded\n"
+    return report, active
+
+
 def leftovers(directory):
     return sorted(name for name in os.listdir(str(directory)) if ".partial" in name)
 
@@ -78,21 +90,13 @@ def leftovers(directory):
 @pytest.mark.parametrize("fault, status", [("sigterm", -signal.SIGTERM), ("sigkill", -signal.SIGKILL),
                                            ("os-exit-from-thread", 4)])
 def test_a_rank_that_dies_mid_load_keeps_its_status_and_leaves_no_report(tmp_path, fault, status):
-    plain = loader(tmp_path, fault, preload=False)
-    report = tmp_path / "report.json"
-    active = loader(tmp_path, fault, preload=True, report=report)
-    assert plain.returncode == active.returncode == status, (plain.returncode, active.returncode, active.stderr)
-    assert plain.stdout == active.stdout == "loaded\n"
+    report, _ = same_status_and_output(tmp_path, fault, status)
     assert not report.exists() and leftovers(tmp_path) == [], "a process that never reached exit writes nothing"
 
 
 @pytest.mark.parametrize("fault, status", [("sigterm-handled", 3), ("exit-from-thread", 5)])
 def test_a_rank_that_exits_mid_load_writes_a_complete_report(tmp_path, fault, status):
-    plain = loader(tmp_path, fault, preload=False)
-    report = tmp_path / "report.json"
-    active = loader(tmp_path, fault, preload=True, report=report)
-    assert plain.returncode == active.returncode == status, (plain.returncode, active.returncode, active.stderr)
-    assert plain.stdout == active.stdout == "loaded\n"
+    report, _ = same_status_and_output(tmp_path, fault, status)
     with open(str(report)) as f:
         data = json.load(f)
     assert data["storages_skipped"] >= 8 and data["pending_count"] == len(data["pending"]) > 0, data
@@ -100,11 +104,8 @@ def test_a_rank_that_exits_mid_load_writes_a_complete_report(tmp_path, fault, st
 
 
 def test_stderr_closed_before_exit_changes_nothing(tmp_path):
-    plain = loader(tmp_path, "close-stderr", preload=False)
-    report = tmp_path / "report.json"
-    active = loader(tmp_path, "close-stderr", preload=True, report=report)
-    assert plain.returncode == active.returncode == 0
-    assert plain.stdout == active.stdout == "loaded\n" and active.stderr == ""
+    report, active = same_status_and_output(tmp_path, "close-stderr", 0)
+    assert active.stderr == ""
     assert json.loads(report.read_text())["pending_count"] > 0, "the report does not need stderr"
 
 

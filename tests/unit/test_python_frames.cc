@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../../src/torch/python_layouts.h"
 
@@ -34,46 +36,38 @@ TEST(PythonLayout, TheRowOfTheSuitesPythonMatchesItsHeaders) {
   EXPECT_EQ(header["first_hidden_owner"], static_cast<size_t>(kFirstHiddenFrameOwner));
   if (header.count("stackref_tag_bits")) EXPECT_EQ(header["stackref_tag_bits"] & ~kStackRefTagBits, 0u);
 
+  // Each field the headers printed, and what the row for this version says of it.
+  std::vector<std::pair<const char*, size_t>> expected;
   if (minor <= 12) {
     const PythonLayout* row = nullptr;
     for (const PythonLayout& layout : kFixedPythonLayouts)
       if (layout.minor == minor) row = &layout;
     ASSERT_NE(row, nullptr) << "no row for 3." << minor;
-    EXPECT_EQ(header["thread_frame"], row->thread_frame);
-    EXPECT_EQ(header["cframe_frame"], static_cast<size_t>(row->cframe_frame));
-    EXPECT_EQ(header["frame_previous"], row->frame_previous);
-    EXPECT_EQ(header["frame_code"], row->frame_code);
-    EXPECT_EQ(header["frame_instruction"], row->frame_instruction);
-    EXPECT_EQ(header["frame_owner"], row->frame_owner);
-    EXPECT_EQ(header["code_filename"], row->code_filename);
-    EXPECT_EQ(header["code_name"], row->code_name);
-    EXPECT_EQ(header["code_firstlineno"], row->code_firstlineno);
-    EXPECT_EQ(header["code_bytecode"], row->code_bytecode);
-    EXPECT_EQ(header["unicode_length"], row->unicode_length);
-    EXPECT_EQ(header["unicode_state"], row->unicode_state);
-    EXPECT_EQ(header["ascii_size"], row->ascii_size);
-    EXPECT_EQ(header["compact_size"], row->compact_size);
-    return;
+    expected = {{"thread_frame", row->thread_frame}, {"cframe_frame", static_cast<size_t>(row->cframe_frame)},
+                {"frame_previous", row->frame_previous}, {"frame_code", row->frame_code},
+                {"frame_instruction", row->frame_instruction}, {"frame_owner", row->frame_owner},
+                {"code_filename", row->code_filename}, {"code_name", row->code_name},
+                {"code_firstlineno", row->code_firstlineno}, {"code_bytecode", row->code_bytecode},
+                {"unicode_length", row->unicode_length}, {"unicode_state", row->unicode_state},
+                {"ascii_size", row->ascii_size}, {"compact_size", row->compact_size}};
+  } else {
+    const DebugOffsetsPositions* row = nullptr;
+    for (const DebugOffsetsPositions& positions : kDebugOffsetsPositions)
+      if (positions.minor == minor) row = &positions;
+    ASSERT_NE(row, nullptr) << "no row for 3." << minor;
+    expected = {{"version_position", kDebugOffsetsVersion}, {"free_threaded_position", kDebugOffsetsFreeThreaded},
+                {"compact_extra", 16}, {"thread_current_frame", row->thread_current_frame},
+                {"frame_previous", row->frame_previous}, {"frame_executable", row->frame_executable},
+                {"frame_instruction", row->frame_instruction}, {"frame_owner", row->frame_owner},
+                {"code_filename", row->code_filename}, {"code_name", row->code_name},
+                {"code_firstlineno", row->code_firstlineno}, {"code_bytecode", row->code_bytecode},
+                {"unicode_state", row->unicode_state}, {"unicode_length", row->unicode_length},
+                {"unicode_ascii_size", row->unicode_ascii_size}};
   }
-  const DebugOffsetsPositions* row = nullptr;
-  for (const DebugOffsetsPositions& positions : kDebugOffsetsPositions)
-    if (positions.minor == minor) row = &positions;
-  ASSERT_NE(row, nullptr) << "no row for 3." << minor;
-  EXPECT_EQ(header["version_position"], kDebugOffsetsVersion);
-  EXPECT_EQ(header["free_threaded_position"], kDebugOffsetsFreeThreaded);
-  EXPECT_EQ(header["compact_extra"], 16u);
-  EXPECT_EQ(header["thread_current_frame"], row->thread_current_frame);
-  EXPECT_EQ(header["frame_previous"], row->frame_previous);
-  EXPECT_EQ(header["frame_executable"], row->frame_executable);
-  EXPECT_EQ(header["frame_instruction"], row->frame_instruction);
-  EXPECT_EQ(header["frame_owner"], row->frame_owner);
-  EXPECT_EQ(header["code_filename"], row->code_filename);
-  EXPECT_EQ(header["code_name"], row->code_name);
-  EXPECT_EQ(header["code_firstlineno"], row->code_firstlineno);
-  EXPECT_EQ(header["code_bytecode"], row->code_bytecode);
-  EXPECT_EQ(header["unicode_state"], row->unicode_state);
-  EXPECT_EQ(header["unicode_length"], row->unicode_length);
-  EXPECT_EQ(header["unicode_ascii_size"], row->unicode_ascii_size);
+  for (const auto& [name, value] : expected) {
+    ASSERT_TRUE(header.count(name)) << name << " was not printed";
+    EXPECT_EQ(header[name], value) << name << " of 3." << minor;
+  }
 }
 
 }  // namespace
