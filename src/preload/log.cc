@@ -1,6 +1,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -34,9 +35,11 @@ constexpr int kKindCount = sizeof kKinds / sizeof *kKinds;
 static_assert(kKindCount == FSDPSKIP_MESSAGE_TRACE + 1, "one row per fsdpskip_message");
 
 int g_level = FSDPSKIP_LOG_SUMMARY;
+bool g_stderr_closed_at_start = false;
 int g_said[kKindCount];  // racy by design: caps, not exact counts
 
 void write_line(const char* label, const char* format, va_list args) {
+  if (g_stderr_closed_at_start) return;
   char line[4096];
   int prefix = snprintf(line, sizeof line, "fsdpskip: %s", label);
   int body = vsnprintf(line + prefix, sizeof line - prefix - 1, format, args);
@@ -69,6 +72,12 @@ void write_line(const char* label, const char* format, ...) {
 }
 
 }  // namespace
+
+void check_stderr_at_start() {
+  int saved = errno;
+  g_stderr_closed_at_start = fcntl(STDERR_FILENO, F_GETFD) < 0;
+  errno = saved;
+}
 
 void set_log_level(fsdpskip_log_level level) { __atomic_store_n(&g_level, level, __ATOMIC_RELAXED); }
 

@@ -12,6 +12,10 @@ namespace fsdpskip {
 // The level the sink filters by (the decision's FSDPSKIP_LOG).
 void set_log_level(fsdpskip_log_level level);
 
+// Once, at start-up: a process started with stderr closed gets no lines, so
+// that none lands in a file the program opens later as its descriptor 2.
+void check_stderr_at_start();
+
 // Prints "fsdpskip: <label><message>\n" when the level admits `kind` and its
 // cap is not reached.
 __attribute__((format(printf, 2, 3))) void say(fsdpskip_message kind, const char* format, ...);

@@ -77,15 +77,16 @@ Options resolve_options(EnvLookup lookup, void* context) {
   // The rows whose value is one of their accepted words, kept as its position.
   const struct {
     OptionRole role;
-    int* value;
-  } kWords[] = {{OptionRole::kLogLevel, reinterpret_cast<int*>(&options.log_level)},
-                {OptionRole::kStacks, reinterpret_cast<int*>(&options.stacks)}};
+    void (*keep)(Options* options, int index);
+  } kWords[] = {
+      {OptionRole::kLogLevel, [](Options* o, int index) { o->log_level = static_cast<fsdpskip_log_level>(index); }},
+      {OptionRole::kStacks, [](Options* o, int index) { o->stacks = static_cast<fsdpskip_stacks>(index); }}};
   for (const auto& row : kWords) {
     const Option& option = option_of(row.role);
     if (const char* value = lookup(option.name, context)) {
       int index = word_index(option.accepted, value);
       if (index < 0) return fail(&options, option, value), options;
-      *row.value = index;
+      row.keep(&options, index);
     }
   }
 

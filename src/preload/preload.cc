@@ -230,6 +230,7 @@ void decide(Options options, const char* cause, bool stated) {
 void reset_lock_in_child() { pthread_mutex_init(&g_policy_lock, nullptr); }
 
 __attribute__((constructor)) void initialise() {
+  check_stderr_at_start();
   remember_preload_path();
   decide(resolve_options(environment, nullptr), nullptr, false);
   __atomic_store_n(&g_started, true, __ATOMIC_RELEASE);

@@ -52,12 +52,76 @@ bool is_a(const void* object, const void* type) {
 // rt_sigprocmask copies its new mask in before it rejects an invalid `how`.
 bool readable(const void* address) {
   int saved = errno;
-  bool result = syscall(SYS_rt_sigprocmask, ~0, address, nullptr, 8) == -1 && errno != EFAULT;
+  // EINVAL only: a seccomp filter's ENOSYS or EPERM proves nothing.
+  bool result = syscall(SYS_rt_sigprocmask, ~0, address, nullptr, 8) == -1 && errno == EINVAL;
   errno = saved;
   return result;
 }
 
 bool readable(const void* base, size_t offset) { return readable(static_cast<const char*>(base) + offset); }
+
+void append_utf8(std::string* out, uint32_t c) {
+  // A lone surrogate (a surrogateescape'd file name) or no character at all.
+  if ((c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF) c = 0xFFFD;
+  if (c < 0x80) {
+    *out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    *out += static_cast<char>(0xC0 | c >> 6), *out += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    *out += static_cast<char>(0xE0 | c >> 12), *out += static_cast<char>(0x80 | (c >> 6 & 0x3F));
+    *out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | c >> 18), *out += static_cast<char>(0x80 | (c >> 12 & 0x3F));
+    *out += static_cast<char>(0x80 | (c >> 6 & 0x3F)), *out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+
+// Where a str keeps its characters: its compact representation (every str
+// a code object holds is compact).
+struct StrData {
+  unsigned kind;  // bytes a character: 1, 2 or 4
+  bool ascii;
+  long length;    // characters, at most kMostCharacters
+  const char* data;
+};
+
+bool str_data(const void* object, StrData* str) {
+  const PythonLayout& layout = g_python.layout;
+  if (!is_a(object, g_python.unicode_type)) return false;
+  uint32_t state = at<uint32_t>(object, layout.unicode_state);
+  // interned:2, kind:3, compact:1, ascii:1 (the same bits in 3.11 to 3.14)
+  str->kind = state >> 2 & 7;
+  str->ascii = state >> 6 & 1;
+  str->length = at<long>(object, layout.unicode_length);
+  if (!(state >> 5 & 1) || str->length < 0 || (str->kind != 1 && str->kind != 2 && str->kind != 4)) return false;
+  if (str->length > kMostCharacters) str->length = kMostCharacters;
+  str->data = static_cast<const char*>(object) + (str->ascii ? layout.ascii_size : layout.compact_size);
+  return true;
+}
+
+// A str's text as UTF-8; "?" for anything but a compact str.
+std::string text_of(const void* object) {
+  StrData str;
+  if (!str_data(object, &str)) return "?";
+  if (str.ascii) return std::string(str.data, str.length);
+  std::string out;
+  for (long i = 0; i < str.length; ++i)
+    append_utf8(&out, str.kind == 1 ? static_cast<unsigned char>(str.data[i])
+                      : str.kind == 2 ? at<uint16_t>(str.data, 2 * i)
+                                      : at<uint32_t>(str.data, 4 * i));
+  return out;
+}
+
+// The byte offset of the instruction a frame is at (3.13+: being run; 3.11,
+// 3.12: the last one begun) in its code; -1 when it is before the first or
+// past the code's end (a frame being set up).
+long instruction_offset(const void* frame, const void* code) {
+  const PythonLayout& layout = g_python.layout;
+  long offset = static_cast<const char*>(pointer_at(frame, layout.frame_instruction)) -
+                (static_cast<const char*>(code) + layout.code_bytecode);
+  long bytes = 2 * at<long>(code, kObjectSize);  // ob_size: 2-byte code units
+  return offset >= 0 && offset < bytes ? offset : -1;
+}
 
 // Reads the calling thread's frame chain once with every read checked first,
 // so that a layout that does not hold (a build fsdpskip misjudged) turns the
@@ -74,63 +138,31 @@ Checked check_layout_on_this_thread() {
     if (!readable(frame, layout.cframe_frame)) return Checked::kFails;
     frame = pointer_at(frame, layout.cframe_frame);
   }
-  bool seen_code = false;
+  int code_frames = 0;
   for (int walked = 0; frame != nullptr && walked < kMostFramesWalked; ++walked) {
     for (size_t offset : {layout.frame_code, layout.frame_previous, layout.frame_instruction, layout.frame_owner})
       if (!readable(frame, offset)) return Checked::kFails;
     const void* code = reinterpret_cast<const void*>(at<uintptr_t>(frame, layout.frame_code) & ~kStackRefTagBits);
     if (at<unsigned char>(frame, layout.frame_owner) < kFirstHiddenFrameOwner) {
       if (code == nullptr || !readable(code, kObjectType) || !is_a(code, python.code_type)) return Checked::kFails;
-      for (size_t offset : {layout.code_filename, layout.code_name, layout.code_firstlineno})
+      for (size_t offset : {layout.code_filename, layout.code_name, layout.code_firstlineno, kObjectSize})
         if (!readable(code, offset)) return Checked::kFails;
       for (size_t offset : {layout.code_filename, layout.code_name}) {
         const void* name = pointer_at(code, offset);
-        if (name == nullptr || !readable(name, kObjectType) || !is_a(name, python.unicode_type) ||
-            !readable(name, layout.unicode_state) || !readable(name, layout.unicode_length))
+        StrData str;
+        if (name == nullptr || !readable(name, kObjectType) || !readable(name, layout.unicode_state) ||
+            !readable(name, layout.unicode_length) || !str_data(name, &str) ||
+            !readable(str.data + (str.length * str.kind >= 8 ? str.length * str.kind - 8 : 0)))
           return Checked::kFails;
       }
-      seen_code = true;
+      ++code_frames;
     }
     frame = pointer_at(frame, layout.frame_previous);
   }
-  return seen_code ? Checked::kHolds : Checked::kNotYet;
-}
-
-void append_utf8(std::string* out, uint32_t c) {
-  if (c < 0x80) {
-    *out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    *out += static_cast<char>(0xC0 | c >> 6), *out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    if (c >= 0xD800 && c <= 0xDFFF) c = 0xFFFD;  // a lone surrogate (surrogateescape'd file name)
-    *out += static_cast<char>(0xE0 | c >> 12), *out += static_cast<char>(0x80 | (c >> 6 & 0x3F));
-    *out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    if (c > 0x10FFFF) c = 0xFFFD;
-    *out += static_cast<char>(0xF0 | c >> 18), *out += static_cast<char>(0x80 | (c >> 12 & 0x3F));
-    *out += static_cast<char>(0x80 | (c >> 6 & 0x3F)), *out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
-
-// A str's text as UTF-8, from its compact representation (every str a code
-// object holds is compact); "?" for anything else.
-std::string text_of(const void* object) {
-  const PythonLayout& layout = g_python.layout;
-  if (!is_a(object, g_python.unicode_type)) return "?";
-  uint32_t state = at<uint32_t>(object, layout.unicode_state);
-  // interned:2, kind:3, compact:1, ascii:1 (the same bits in 3.11 to 3.14)
-  unsigned kind = state >> 2 & 7, compact = state >> 5 & 1, ascii = state >> 6 & 1;
-  long length = at<long>(object, layout.unicode_length);
-  if (!compact || length < 0 || (kind != 1 && kind != 2 && kind != 4)) return "?";
-  if (length > kMostCharacters) length = kMostCharacters;
-  const char* data = static_cast<const char*>(object) + (ascii ? layout.ascii_size : layout.compact_size);
-  if (ascii) return std::string(data, length);
-  std::string out;
-  for (long i = 0; i < length; ++i)
-    append_utf8(&out, kind == 1 ? static_cast<unsigned char>(data[i])
-                      : kind == 2 ? at<uint16_t>(data, 2 * i)
-                                  : at<uint32_t>(data, 4 * i));
-  return out;
+  // The chain must end (a null previous frame) and hold code: a wrong offset
+  // that happens to read null at once proves nothing.
+  if (frame != nullptr) return Checked::kFails;
+  return code_frames > 0 ? Checked::kHolds : Checked::kNotYet;
 }
 
 const PythonLayout* fixed_layout(int minor) {
@@ -174,6 +206,9 @@ bool layout_from_debug_offsets(int minor, unsigned long version, PythonLayout* l
                        layout->frame_owner, layout->code_filename, layout->code_name, layout->code_firstlineno,
                        layout->code_bytecode, layout->unicode_length, layout->unicode_state, layout->ascii_size})
     if (value >= 4096) return *why = "implausible debug offsets", false;
+  // A field whose value is known: a layout of _Py_DebugOffsets that moved
+  // within the minor version (a patch release) shows here.
+  if (offset(positions->object_type) != kObjectType) return *why = "debug offsets laid out otherwise", false;
   return true;
 }
 
@@ -219,7 +254,9 @@ bool python_finalizing() { return g_python.finalizing != nullptr && g_python.fin
 void append_python_frames(std::vector<PythonFrame>* frames, int most) {
   const Python& python = g_python;
   if (!python.usable || !python.initialized() || python_finalizing()) return;
-  if (g_checked.load(std::memory_order_acquire) != Checked::kHolds) {
+  Checked state = g_checked.load(std::memory_order_acquire);
+  if (state == Checked::kFails) return;
+  if (state == Checked::kNotYet) {
     Checked checked = check_layout_on_this_thread();
     if (checked == Checked::kNotYet) return;
     Checked expected = Checked::kNotYet;
@@ -229,7 +266,8 @@ void append_python_frames(std::vector<PythonFrame>* frames, int most) {
                          "native frames only";
       python.say(FSDPSKIP_MESSAGE_WARNING, text.c_str());
     }
-    if (g_checked.load() != Checked::kHolds) return;
+    // This thread's own verdict, whatever another thread found meanwhile.
+    if (checked != Checked::kHolds) return;
   }
   const void* thread = python.this_thread_state();
   if (thread == nullptr) return;  // a thread Python never saw (torch's own, a LibTorch program's)
@@ -243,12 +281,10 @@ void append_python_frames(std::vector<PythonFrame>* frames, int most) {
       PythonFrame entry;
       entry.file = text_of(pointer_at(code, layout.code_filename));
       entry.function = text_of(pointer_at(code, layout.code_name));
-      // The instruction being run (3.13+) or the last one begun (3.11, 3.12),
-      // as a byte offset into the code; before the first, the def's line.
-      long offset = static_cast<const char*>(pointer_at(frame, layout.frame_instruction)) -
-                    (static_cast<const char*>(code) + layout.code_bytecode);
-      entry.line = offset >= 0 && offset < (1L << 30) ? python.addr_to_line(code, static_cast<int>(offset))
-                                                        : at<int>(code, layout.code_firstlineno);
+      // Outside the code (a frame being set up): the def's line.
+      long offset = instruction_offset(frame, code);
+      entry.line = offset >= 0 ? python.addr_to_line(code, static_cast<int>(offset))
+                               : at<int>(code, layout.code_firstlineno);
       frames->push_back(std::move(entry));
       ++added;
     }

@@ -25,8 +25,10 @@ struct PythonLayout {
 constexpr int kFirstHiddenFrameOwner = 3;
 // 3.14 keeps the code object in a _PyStackRef whose low bits are tags.
 constexpr uintptr_t kStackRefTagBits = 3;
-// PyObject's ob_type (no Py_TRACE_REFS build is supported).
+// PyObject's ob_type (no Py_TRACE_REFS build is supported), and
+// PyVarObject's ob_size (a code object's length in 2-byte code units).
 constexpr size_t kObjectType = 8;
+constexpr size_t kObjectSize = 16;
 
 // 3.11 and 3.12 describe nothing of themselves: fixed offsets. No 3.12 is on
 // this project's machine: its row was checked by python_layout.c on CPython
@@ -45,15 +47,16 @@ struct DebugOffsetsPositions {
   size_t thread_current_frame, frame_previous, frame_executable, frame_instruction, frame_owner;
   size_t code_filename, code_name, code_firstlineno, code_bytecode;
   size_t unicode_state, unicode_length, unicode_ascii_size;
+  size_t object_type;  // pyobject.ob_type: must read kObjectType, a check of the positions
 };
 constexpr size_t kDebugOffsetsVersion = 8;        // uint64_t: PY_VERSION_HEX
 constexpr size_t kDebugOffsetsFreeThreaded = 16;  // uint64_t
 inline constexpr char kDebugOffsetsCookie[8] = {'x', 'd', 'e', 'b', 'u', 'g', 'p', 'y'};
 
 inline constexpr DebugOffsetsPositions kDebugOffsetsPositions[] = {
-    // minor thread previous executable instr owner filename name firstlineno bytecode state length ascii
-    {13, 184, 232, 240, 248, 264, 280, 288, 312, 344, 544, 552, 560},
-    {14, 208, 256, 264, 272, 288, 320, 328, 352, 384, 624, 632, 640},
+    // minor thread previous executable instr owner filename name firstlineno bytecode state length ascii ob_type
+    {13, 184, 232, 240, 248, 264, 280, 288, 312, 344, 544, 552, 560, 360},
+    {14, 208, 256, 264, 272, 288, 320, 328, 352, 384, 624, 632, 640, 408},
 };
 
 }  // namespace fsdpskip

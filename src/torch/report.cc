@@ -52,10 +52,11 @@ std::vector<std::string> python_frames_text(const SkipSite& site, bool whole_pat
   bool any_other = false;
   for (const PythonFrame& frame : site.stack.python) any_other |= !in_torch_package(frame.file);
   std::vector<std::string> frames;
+  // Joined, not formatted: format() cuts at 1 KiB, maybe inside a character.
   for (const PythonFrame& frame : site.stack.python)
     if (!(callers_of_torch && any_other && in_torch_package(frame.file)))
-      frames.push_back(format("%s:%d in %s", whole_paths ? frame.file.c_str() : base_name(frame.file), frame.line,
-                              frame.function.c_str()));
+      frames.push_back((whole_paths ? frame.file : std::string(base_name(frame.file))) + ":" +
+                       std::to_string(frame.line) + " in " + frame.function);
   return frames;
 }
 

@@ -68,7 +68,7 @@ def loader(tmp_path, fault, preload, report=None, stderr=subprocess.PIPE, **vari
     if report is not None:
         env["FSDPSKIP_REPORT"] = str(report)
     return subprocess.run([PYTHON, str(script), fault], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                          timeout=300)
+                          timeout=300, cwd=str(tmp_path))
 
 
 def same_status_and_output(tmp_path, fault, status):
@@ -109,13 +109,21 @@ def test_stderr_closed_before_exit_changes_nothing(tmp_path):
     assert json.loads(report.read_text())["pending_count"] > 0, "the report does not need stderr"
 
 
-def test_stderr_closed_from_the_start_changes_nothing(tmp_path):
-    plain = loader(tmp_path, "none", preload=False, stderr=subprocess.DEVNULL)
-    env = environment(True, **ACTIVE)
-    script = tmp_path / "loader.py"
-    done = subprocess.run(["sh", "-c", 'exec "$@" 2>&-', "sh", PYTHON, str(script), "none"], env=env,
-                          stdout=subprocess.PIPE, text=True, timeout=300)
-    assert plain.returncode == done.returncode == 0 and done.stdout == plain.stdout == "loaded\n"
+def test_stderr_closed_from_the_start_keeps_fsdpskip_out_of_the_file_that_takes_its_place(tmp_path):
+    """Started with stderr closed, the program's first file is descriptor 2;
+    fsdpskip's lines at exit must not land in it."""
+    script = tmp_path / "log_first.py"
+    script.write_text(textwrap.dedent("""\
+        import os
+        log = os.open("log.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        import torch, torch.nn as nn
+        kept = nn.Linear(64, 64)
+        os.write(log, b"descriptor %d\\n" % log)
+        """))
+    done = subprocess.run(["sh", "-c", 'exec "$@" 2>&-', "sh", PYTHON, str(script)], env=environment(True, **ACTIVE),
+                          stdout=subprocess.PIPE, text=True, timeout=300, cwd=str(tmp_path))
+    assert done.returncode == 0
+    assert (tmp_path / "log.txt").read_text() == "descriptor 2\n"
 
 
 def test_a_dead_stderr_reader_does_not_turn_the_exit_status_into_sigpipe():

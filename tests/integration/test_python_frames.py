@@ -50,7 +50,7 @@ THREADED = textwrap.dedent("""\
     """)
 
 # Names CPython keeps in its other compact forms: Latin-1 (one byte a
-# character) and UCS-2.
+# character), UCS-2 and UCS-4 (U+20000, a CJK ideograph beyond the BMP).
 NON_ASCII = textwrap.dedent("""\
     import torch, torch.nn as nn
     def initialisé():
@@ -60,7 +60,9 @@ NON_ASCII = textwrap.dedent("""\
         return p
     def 初始化():
         return initialisé()
-    kept = 初始化()
+    def 𠀀():
+        return 初始化()
+    kept = 𠀀()
     """)
 
 
@@ -114,11 +116,12 @@ def test_a_thread_is_named_by_its_own_frames(tmp_path):
 
 
 def test_names_in_every_compact_form_read_as_utf8(tmp_path):
-    path, lines, report, _ = pending_run(tmp_path, "modèle_初.py", NON_ASCII)
+    path, lines, report, _ = pending_run(tmp_path, "modèle_初_🔥.py", NON_ASCII)
     [pending] = report["pending"]
-    assert python_frames(pending["stack"])[:3] == ["%s:4 in initialisé" % path, "%s:8 in 初始化" % path,
-                                                   "%s:9 in <module>" % path], pending["stack"]
-    assert "skipped at modèle_初.py:4 in initialisé < modèle_初.py:8 in 初始化" in lines[0], lines
+    assert python_frames(pending["stack"])[:4] == ["%s:4 in initialisé" % path, "%s:8 in 初始化" % path,
+                                                   "%s:10 in 𠀀" % path, "%s:11 in <module>" % path], pending["stack"]
+    assert "skipped at modèle_初_🔥.py:4 in initialisé < modèle_初_🔥.py:8 in 初始化 < modèle_初_🔥.py:10 in 𠀀" \
+        in lines[0], lines
 
 
 TRANSFORMERS_MODEL = textwrap.dedent("""\

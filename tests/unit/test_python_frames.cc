@@ -33,6 +33,7 @@ TEST(PythonLayout, TheRowOfTheSuitesPythonMatchesItsHeaders) {
   ASSERT_TRUE(header.count("minor")) << FSDPSKIP_PYTHON_LAYOUT << " printed nothing";
   int minor = static_cast<int>(header["minor"]);
   EXPECT_EQ(header["object_type"], kObjectType);
+  EXPECT_EQ(header["object_size"], kObjectSize);
   EXPECT_EQ(header["first_hidden_owner"], static_cast<size_t>(kFirstHiddenFrameOwner));
   if (header.count("stackref_tag_bits")) EXPECT_EQ(header["stackref_tag_bits"] & ~kStackRefTagBits, 0u);
 
@@ -62,7 +63,7 @@ TEST(PythonLayout, TheRowOfTheSuitesPythonMatchesItsHeaders) {
                 {"code_filename", row->code_filename}, {"code_name", row->code_name},
                 {"code_firstlineno", row->code_firstlineno}, {"code_bytecode", row->code_bytecode},
                 {"unicode_state", row->unicode_state}, {"unicode_length", row->unicode_length},
-                {"unicode_ascii_size", row->unicode_ascii_size}};
+                {"unicode_ascii_size", row->unicode_ascii_size}, {"object_type_position", row->object_type}};
   }
   for (const auto& [name, value] : expected) {
     ASSERT_TRUE(header.count(name)) << name << " was not printed";
