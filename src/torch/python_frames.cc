@@ -253,6 +253,9 @@ bool python_finalizing() { return g_python.finalizing != nullptr && g_python.fin
 
 void append_python_frames(std::vector<PythonFrame>* frames, int most) {
   const Python& python = g_python;
+  // Finalization frees the other threads' states: a daemon thread skipping
+  // while the main thread finalizes must not walk its own. (A finalization
+  // that begins during the few microseconds of a walk is not guarded.)
   if (!python.usable || !python.initialized() || python_finalizing()) return;
   Checked state = g_checked.load(std::memory_order_acquire);
   if (state == Checked::kFails) return;
