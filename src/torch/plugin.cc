@@ -48,9 +48,9 @@ void finish() {
     say(FSDPSKIP_MESSAGE_ADVICE, "parameter inits were skipped but no broadcast from rank 0 was seen; make sure "
                                   "this rank receives rank 0's values (sync_module_states, DDP, dist.broadcast)");
   if (g_preload->report_template != nullptr) {
-    std::string path = expand_report_path(g_preload->report_template, context);
-    std::string error;
-    if (!write_atomically(path, report_json(context, stats, pending, audit), &error))
+    std::string path, error;
+    if (!expand_report_path(g_preload->report_template, context, &path, &error) ||
+        !write_atomically(path, report_json(context, stats, pending, audit), &error))
       say(FSDPSKIP_MESSAGE_ERROR, "FSDPSKIP_REPORT: " + error + "; no report written");
   }
 }

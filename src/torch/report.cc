@@ -160,24 +160,29 @@ std::string report_json(const ReportContext& context, const Stats& stats,
   return json;
 }
 
-std::string expand_report_path(const std::string& path_template, const ReportContext& context) {
-  std::string path;
+bool expand_report_path(const std::string& path_template, const ReportContext& context, std::string* path,
+                        std::string* error) {
+  path->clear();
   for (size_t i = 0; i < path_template.size(); ++i) {
-    if (path_template[i] != '%' || i + 1 == path_template.size()) {
-      path += path_template[i];
+    if (path_template[i] != '%') {
+      *path += path_template[i];
       continue;
     }
-    switch (path_template[++i]) {
-      case 'r': path += std::to_string(context.host->rank); break;
-      case 'l': path += std::to_string(context.host->local_rank); break;
-      case 'p': path += std::to_string(context.pid); break;
-      case 'h': path += context.hostname; break;
-      case 'j': path += getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "nojob"; break;
-      case '%': path += '%'; break;
-      default: path += '%', path += path_template[i];
+    switch (++i < path_template.size() ? path_template[i] : '\0') {
+      case 'r': *path += std::to_string(context.host->rank); break;
+      case 'l': *path += std::to_string(context.host->local_rank); break;
+      case 'p': *path += std::to_string(context.pid); break;
+      case 'h': *path += context.hostname; break;
+      case 'j': *path += getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "nojob"; break;
+      case '%': *path += '%'; break;
+      default:
+        *error = i < path_template.size() ? std::string("unknown sequence %") + path_template[i]
+                                          : std::string("a % at the end");
+        *error += " (known: %r %l %p %h %j %%)";
+        return false;
     }
   }
-  return path;
+  return true;
 }
 
 bool write_atomically(const std::string& path, const std::string& contents, std::string* error) {

@@ -23,8 +23,11 @@ std::string pending_line(const SkipSite& site);
 std::string report_json(const ReportContext& context, const Stats& stats,
                         const std::vector<SkipSite>& pending, bool audit);
 
-// Expands %r %l %p %h %j %% in a FSDPSKIP_REPORT template.
-std::string expand_report_path(const std::string& path_template, const ReportContext& context);
+// Expands %r %l %p %h %j %% in a FSDPSKIP_REPORT template into the report's
+// path; false, with the sequence named in `error`, for a `%` sequence it does
+// not know (a typo is never written out as a literal path).
+bool expand_report_path(const std::string& path_template, const ReportContext& context, std::string* path,
+                        std::string* error);
 
 // Writes `contents` to `path` atomically: a new temporary file beside it
 // (O_EXCL|O_NOFOLLOW: never through a symlink fsdpskip did not create), then

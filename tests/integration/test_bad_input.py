@@ -92,6 +92,17 @@ def test_unwritable_report_path_is_one_line_and_exit_status_kept(tmp_path):
     assert len(lines) == 1 and "/nonexistent-dir/report-" in lines[0] and "no report written" in lines[0]
 
 
+@pytest.mark.parametrize("template, named", [("report-%x.json", "unknown sequence %x"),
+                                             ("report-%", "a % at the end")])
+def test_unknown_report_path_sequence_is_one_line_and_nothing_written(tmp_path, template, named):
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1",
+               FSDPSKIP_REPORT=str(tmp_path / template))
+    assert done.returncode == 0
+    lines = [l for l in fsdpskip_lines(done.stderr) if "FSDPSKIP_REPORT" in l]
+    assert len(lines) == 1 and named in lines[0] and "no report written" in lines[0], lines
+    assert os.listdir(str(tmp_path)) == [], "no file under a literal or partial name"
+
+
 def test_report_is_atomic_and_never_written_through_a_planted_symlink(tmp_path):
     target = tmp_path / "victim"
     target.write_text("precious")
