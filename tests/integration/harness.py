@@ -37,10 +37,10 @@ def environment(preload, **variables):
     return env
 
 
-def run(command, preload=True, timeout=600, input=None, **variables):
+def run(command, preload=True, timeout=600, input=None, cwd=None, **variables):
     """Runs a command; returns the CompletedProcess (text mode)."""
     return subprocess.run(command, env=environment(preload, **variables), capture_output=True, text=True,
-                          timeout=timeout, input=input)
+                          timeout=timeout, input=input, cwd=cwd)
 
 
 def scenario(name, preload=True, **variables):

@@ -1,0 +1,156 @@
+"""LD_PRELOAD reaches every program a job starts. Every program in /usr/bin
+and /usr/sbin that answers `--version` (or, failing that, `--help`) the same
+way twice prints the same stdout and stderr and exits with the same status
+under the preload, in an inactive environment and in an active one
+(LOCAL_RANK=1 FSDPSKIP=on): 0 differences.
+
+The programs never run as root over the machine's own files: some act despite
+`--version`. Run by root, each worker thread runs its programs as a uid of its
+own that no account and no process uses (setpriv), so that a program that
+signals every process it may (killall5) reaches only its own run, and what a
+program leaves behind is killed by uid. A program is left out when its own
+plain runs differ (pids, times, the order of its subprocesses' output: a
+difference under the preload is checked against four more plain runs) or do
+not end (a prompt, a server); no program is left out by how long it takes.
+
+`python3 test_program_corpus.py` (with FSDPSKIP_PRELOAD set) prints the
+figures the README gives."""
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+
+PRELOAD = os.path.abspath(os.environ["FSDPSKIP_PRELOAD"])
+DIRECTORIES = ("/usr/bin", "/usr/sbin")
+ARGUMENTS = ("--version", "--help")
+ACTIVE = {"LOCAL_RANK": "1", "FSDPSKIP": "on"}
+BASE = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/nonexistent", "LANG": "C.UTF-8",
+        "TERM": "dumb"}
+WORKERS = 8  # most runs take milliseconds; a few wait on a terminal until their limit
+PLAIN_LIMIT = 30  # s: a plain run still going by then does not answer
+RECHECKS = 4  # more plain runs when a preloaded one differs: is the program itself steady?
+PRELOADED_LIMIT = 300  # s: a preloaded run still going by then is a hang, and a difference
+MINIMUM = 100  # fewer answering programs than this means the corpus itself went wrong
+
+
+def programs():
+    found = set()
+    for directory in DIRECTORIES:
+        for name in os.listdir(directory):
+            path = os.path.join(directory, name)
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                found.add(path)
+    return sorted(found)
+
+
+def unused_uids(count):
+    """Uids no account names and no process runs as."""
+    import pwd
+    named = {entry.pw_uid for entry in pwd.getpwall()}
+    running = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/status" % pid) as f:
+                running.update(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+        except OSError:
+            pass
+    return [uid for uid in range(61000, 62000) if uid not in named and uid not in running][:count]
+
+
+class Runner:
+    def __init__(self, uid):
+        self.uid = uid
+        self.prefix = ["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid, "--clear-groups", "--"] if uid else []
+
+    def run(self, command, preload, variables, limit):
+        """(status, stdout, stderr), or None for a run still going after `limit`."""
+        env = dict(BASE, **variables)
+        if preload:
+            env["LD_PRELOAD"] = PRELOAD
+        # "/" is no place the uid may write to; a non-root runner has only itself to protect.
+        process = subprocess.Popen(self.prefix + command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, cwd="/", env=env, start_new_session=True)
+        try:
+            out, err = process.communicate(timeout=limit)
+            result = (process.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            result = None
+        self.kill_leftovers(process.pid)
+        if result is None:
+            process.communicate()
+        return result
+
+    def kill_leftovers(self, group):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+        if self.uid:  # daemons that left the group
+            subprocess.run(["pkill", "-KILL", "-U", str(self.uid)], stdout=subprocess.DEVNULL)
+
+    def check(self, program):
+        """(argument, [what differed]), or None when the program does not answer
+        either argument the same way every time, or does not end."""
+        for argument in ARGUMENTS:
+            command = [program, argument]
+            active = self.run(command, False, ACTIVE, PLAIN_LIMIT)
+            if active is None:
+                return None
+            if self.run(command, False, {}, PLAIN_LIMIT) != active:
+                continue
+            differences = []
+            for name, variables in (("inactive", {}), ("active", ACTIVE)):
+                preloaded = self.run(command, True, variables, PRELOADED_LIMIT)
+                if preloaded != active:
+                    differences.append("%s: plain %r, preloaded %r" % (name, active, preloaded))
+            if differences and any(self.run(command, False, ACTIVE, PLAIN_LIMIT) != active
+                                   for _ in range(RECHECKS)):
+                continue
+            return argument, differences
+        return None
+
+
+def check_corpus():
+    """{program: (argument, differences)} for every program that answered, and
+    the list of programs that did not."""
+    uids = unused_uids(WORKERS) if os.geteuid() == 0 else [0] * WORKERS
+    assert len(uids) == WORKERS, "no unused uids for the corpus"
+    runners = [Runner(uid) for uid in uids]
+    todo = programs()
+    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+        # Each worker takes every WORKERS-th program under its own uid.
+        chunks = [pool.submit(lambda i: [(p, runners[i].check(p)) for p in todo[i::WORKERS]], i)
+                  for i in range(WORKERS)]
+        results = [item for chunk in chunks for item in chunk.result()]
+    answered = {program: outcome for program, outcome in results if outcome is not None}
+    return answered, sorted(program for program, outcome in results if outcome is None)
+
+
+def assert_preload_reaches_programs():
+    """Else the comparison says nothing (a path the uid cannot read)."""
+    probe = Runner(unused_uids(1)[0] if os.geteuid() == 0 else 0).run(
+        ["/bin/true"], True, dict(ACTIVE, FSDPSKIP_LOG="debug"), PRELOADED_LIMIT)
+    assert probe and b"decision at start-up" in probe[2], probe
+
+
+def test_every_answering_program_is_unchanged_by_the_preload():
+    assert_preload_reaches_programs()
+    answered, _ = check_corpus()
+    assert len(answered) >= MINIMUM, "only %d programs answered" % len(answered)
+    differing = {program: found for program, (_, found) in answered.items() if found}
+    assert not differing, "\n".join("%s %s" % item for item in sorted(differing.items()))
+
+
+if __name__ == "__main__":
+    assert_preload_reaches_programs()
+    answered, silent = check_corpus()
+    by_argument = {argument: sum(1 for a, _ in answered.values() if a == argument) for argument in ARGUMENTS}
+    differing = sorted(program for program, (_, found) in answered.items() if found)
+    print("%d programs in %s; %d answered the same way twice (%s); %d left out; %d differ under the preload"
+          % (len(answered) + len(silent), " and ".join(DIRECTORIES), len(answered),
+             ", ".join("%d %s" % (n, a) for a, n in by_argument.items()), len(silent), len(differing)))
+    print("left out:", " ".join(os.path.basename(p) for p in silent))
+    for program in differing:
+        print(program, answered[program][1])
+    sys.exit(1 if differing else 0)
