@@ -3,10 +3,7 @@
 #include "../common/bytes_text.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -158,52 +155,6 @@ std::string report_json(const ReportContext& context, const Stats& stats,
   }
   json += pending.empty() ? "]\n}\n" : "\n  ]\n}\n";
   return json;
-}
-
-bool expand_report_path(const std::string& path_template, const ReportContext& context, std::string* path,
-                        std::string* error) {
-  path->clear();
-  for (size_t i = 0; i < path_template.size(); ++i) {
-    if (path_template[i] != '%') {
-      *path += path_template[i];
-      continue;
-    }
-    switch (++i < path_template.size() ? path_template[i] : '\0') {
-      case 'r': *path += std::to_string(context.host->rank); break;
-      case 'l': *path += std::to_string(context.host->local_rank); break;
-      case 'p': *path += std::to_string(context.pid); break;
-      case 'h': *path += context.hostname; break;
-      case 'j': *path += getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "nojob"; break;
-      case '%': *path += '%'; break;
-      default:
-        *error = i < path_template.size() ? std::string("unknown sequence %") + path_template[i]
-                                          : std::string("a % at the end");
-        *error += " (known: %r %l %p %h %j %%)";
-        return false;
-    }
-  }
-  return true;
-}
-
-bool write_atomically(const std::string& path, const std::string& contents, std::string* error) {
-  std::string temporary = path + ".partial." + std::to_string(getpid());
-  int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = format("cannot create %s: %s", temporary.c_str(), strerror(errno));
-    return false;
-  }
-  size_t written = 0;
-  while (written < contents.size()) {
-    ssize_t n = write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += n;
-  }
-  bool ok = close(fd) == 0 && written == contents.size();
-  if (ok && rename(temporary.c_str(), path.c_str()) == 0) return true;
-  *error = format("cannot write %s: %s", path.c_str(), strerror(errno));
-  unlink(temporary.c_str());
-  return false;
 }
 
 }  // namespace fsdpskip

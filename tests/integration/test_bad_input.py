@@ -48,9 +48,13 @@ def test_plugin_built_for_another_torch_is_refused_before_loading(tmp_path):
     assert "libtorch_cpu.so" in lines[0] and "inactive" in lines[0]
 
 
-def test_file_that_is_not_a_plugin_is_refused(tmp_path):
+@pytest.mark.parametrize("contents", ["text", "empty", "elf header only", "truncated"])
+def test_file_that_is_not_a_plugin_is_refused(tmp_path, contents):
+    with open(PLUGIN, "rb") as f:
+        plugin = f.read()
     bogus = tmp_path / "libfsdpskip_torch.so"
-    bogus.write_text("not an ELF file")
+    bogus.write_bytes({"text": b"not an ELF file", "empty": b"", "elf header only": plugin[:64],
+                       "truncated": plugin[:len(plugin) // 2]}[contents])
     done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_PLUGIN=str(bogus))
     assert done.returncode == 0 and done.stdout == plain_output()
     assert len(fsdpskip_lines(done.stderr)) == 1 and "is not a fsdpskip torch plugin" in done.stderr
@@ -101,6 +105,26 @@ def test_unknown_report_path_sequence_is_one_line_and_nothing_written(tmp_path, 
     lines = [l for l in fsdpskip_lines(done.stderr) if "FSDPSKIP_REPORT" in l]
     assert len(lines) == 1 and named in lines[0] and "no report written" in lines[0], lines
     assert os.listdir(str(tmp_path)) == [], "no file under a literal or partial name"
+
+
+def test_report_path_over_path_max_is_one_line_and_nothing_written(tmp_path):
+    long_path = str(tmp_path) + ("/" + "r" * 250) * 20 + "/report.json"  # about 5 KiB: over PATH_MAX
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_REPORT=long_path)
+    assert done.returncode == 0
+    lines = [l for l in fsdpskip_lines(done.stderr) if "FSDPSKIP_REPORT" in l]
+    assert len(lines) == 1 and "File name too long" in lines[0] and "no report written" in lines[0], lines
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_report_directory_that_is_a_symlink_is_followed(tmp_path):
+    """Only the report's own name is never followed (a planted link, below);
+    a directory on the way may be a link, as /scratch often is."""
+    (tmp_path / "real").mkdir()
+    os.symlink(str(tmp_path / "real"), str(tmp_path / "link"))
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1",
+               FSDPSKIP_REPORT=str(tmp_path / "link" / "report.json"))
+    assert done.returncode == 0 and "FSDPSKIP_REPORT" not in done.stderr, done.stderr
+    assert json.loads((tmp_path / "real" / "report.json").read_text())["schema"] == "fsdpskip-report"
 
 
 def test_report_is_atomic_and_never_written_through_a_planted_symlink(tmp_path):
