@@ -1,12 +1,13 @@
 """Bad input never crashes or silently misbehaves: one clear line on stderr,
 and the user's program runs untouched."""
+import glob
 import json
 import os
 import shutil
 
 import pytest
 
-from harness import PLUGIN, PYTHON, SCENARIOS, foreign_plugin, fsdpskip_lines, run
+from harness import PLUGIN, PYTHON, SCENARIOS, foreign_plugin, fsdpskip_lines, run, said_by_fsdpskip
 
 
 def plain_output():
@@ -146,3 +147,42 @@ def test_report_is_atomic_and_never_written_through_a_planted_symlink(tmp_path):
     assert target.read_text() == "precious"
     assert not os.path.islink(str(report)) and json.loads(report.read_text())["schema"] == "fsdpskip-report"
     assert [p for p in os.listdir(str(tmp_path)) if ".partial." in p] == []
+
+
+TWO_TORCHES = """
+import ctypes, sys
+if sys.argv[1] == "other first":
+    ctypes.CDLL(sys.argv[2], mode=ctypes.RTLD_LOCAL)
+import torch
+if sys.argv[1] == "this first":
+    ctypes.CDLL(sys.argv[2], mode=ctypes.RTLD_LOCAL)
+weight = torch.nn.Linear(64, 64).weight
+print(float(weight.abs().sum()) > 0)
+"""
+
+
+def another_libtorch():
+    """A libtorch_cpu that is not the suite's own: Debian's, or the pip
+    venv's (tools/pip-venv) when the suite runs Debian's."""
+    mine = run([PYTHON, "-c", "import torch; print([l.split()[-1] for l in open('/proc/self/maps') "
+                "if 'libtorch_cpu' in l][0])"], preload=False).stdout.strip()
+    venvs = os.environ.get("FSDPSKIP_VENVS", "/var/cache/fsdpskip-venvs")
+    for pattern in ["/usr/lib/*-linux-gnu/libtorch_cpu.so.*", venvs + "/pip/lib/python3*/site-packages/torch/lib/libtorch_cpu.so"]:
+        for path in sorted(glob.glob(pattern)):
+            if os.path.realpath(path) != os.path.realpath(mine):
+                return path
+    return None
+
+
+@pytest.mark.parametrize("order", ["this first", "other first"])
+def test_two_torches_in_one_process_fare_as_without_the_preload(order):
+    """torch itself cannot share a process with a second libtorch (both
+    orders crash or abort in its start-up, preload or not); the preload must
+    not change how (a hang, another status, a line of its own)."""
+    other = another_libtorch()
+    if other is None:
+        pytest.skip("no second torch on this machine")
+    plain = run([PYTHON, "-c", TWO_TORCHES, order, other], preload=False, FSDPSKIP="on", LOCAL_RANK="1")
+    preloaded = run([PYTHON, "-c", TWO_TORCHES, order, other], FSDPSKIP="on", LOCAL_RANK="1")
+    assert (preloaded.returncode, preloaded.stdout) == (plain.returncode, plain.stdout), preloaded.stderr
+    assert said_by_fsdpskip(fsdpskip_lines(preloaded.stderr)) == [], preloaded.stderr
