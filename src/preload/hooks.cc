@@ -6,9 +6,17 @@
 // other loaded object. dlsym on a NOLOAD handle searches that object and its
 // dependencies only, never the preload, but a result is still checked against
 // our own definitions.
+//
+// Looking up takes the dynamic linker's lock (dl_iterate_phdr), and a fork
+// copies that lock as held if another thread is inside it at that moment; a
+// child that then looked up an original would wait forever (seen under TSan:
+// a DataLoader-like fork while the threads made their first calls). So once
+// one original is found (torch is loaded), every row is looked up, and the
+// forking thread finishes that before each fork: a child never looks up.
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,9 +81,7 @@ const void* self_base() {
   return info.dli_fbase;
 }
 
-}  // namespace
-
-void* find_original(HookId id) {
+void* look_up_original(HookId id) {
   Hook& hook = g_hooks[static_cast<int>(id)];
   void* address = __atomic_load_n(&hook.original, __ATOMIC_ACQUIRE);
   if (address != nullptr) return address;
@@ -90,6 +96,31 @@ void* find_original(HookId id) {
     if (candidate && !defined_by_us(candidate, self)) address = candidate;
   }
   if (address != nullptr) __atomic_store_n(&hook.original, address, __ATOMIC_RELEASE);
+  return address;
+}
+
+bool g_every_row_looked_up = false;
+
+// Every row once (a row this torch lacks stays null, never looked up again
+// by this pass). Idempotent; threads may run it at once.
+void look_up_every_row() {
+  if (__atomic_load_n(&g_every_row_looked_up, __ATOMIC_ACQUIRE)) return;
+  for (int i = 0; i < kHookCount; ++i) look_up_original(static_cast<HookId>(i));
+  __atomic_store_n(&g_every_row_looked_up, true, __ATOMIC_RELEASE);
+}
+
+}  // namespace
+
+void* find_original(HookId id) {
+  void* address = look_up_original(id);
+  // Only processes that call into torch pay for it. The first thread here
+  // starts the pass and nobody waits for it (a thread inside dlopen may be
+  // calling into torch: waiting could close a cycle with the linker's lock).
+  static bool started = false;
+  if (address != nullptr && !__atomic_exchange_n(&started, true, __ATOMIC_ACQ_REL)) {
+    pthread_atfork(look_up_every_row, nullptr, nullptr);
+    look_up_every_row();
+  }
   return address;
 }
 

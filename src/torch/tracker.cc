@@ -481,6 +481,9 @@ void Tracker::audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t n
 }
 
 void Tracker::record_skip_stack(c10::StorageImpl* storage) {
+  // A forked child never reports; and its unwinder could wait on the linker's
+  // lock, copied as held if a parent thread was unwinding at the fork.
+  if (forked_child_) return;
   SkipStack stack = capture_skip_stack(stacks_.load());
   std::lock_guard<std::mutex> lock(mutex_);
   // Resolved or freed meanwhile (another thread): its site no longer matters.

@@ -1,0 +1,41 @@
+"""Threads making, initialising, copying and freeing parameters at once,
+with children forked in the middle (tests/integration/thread_stress.cc):
+every init on an active rank is skipped and reads as zeros, every copy lands,
+and the one summary (the parent's) accounts for every call."""
+import os
+import re
+
+from harness import run, summary_lines
+
+PROGRAM = os.environ["FSDPSKIP_THREAD_STRESS"]
+THREADS, ITERATIONS, FORKS = 8, 200, 6
+
+
+def counts(stdout):
+    """{"threads": {...}, "children": {...}} from the program's two lines."""
+    return {who: {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", rest)}
+            for who, rest in (line.split(":", 1) for line in stdout.splitlines())}
+
+
+def stress(**variables):
+    done = run([PROGRAM, str(THREADS), str(ITERATIONS), str(FORKS)], **variables)
+    assert done.returncode == 0, done.stderr
+    return counts(done.stdout), done
+
+
+def test_without_the_preload_only_zero_reads_as_zero():
+    found, _ = stress(preload=False)
+    parameters = THREADS * ITERATIONS
+    assert found["threads"] == {"parameters": parameters, "zero_after_init": parameters // 4, "copied": parameters}
+    assert found["children"] == {"parameters": FORKS, "zero_after_init": FORKS // 2, "copied": FORKS}
+
+
+def test_on_an_active_rank_every_init_is_skipped_every_copy_lands_and_one_summary_counts_them():
+    found, done = stress(FSDPSKIP="on", LOCAL_RANK="1")
+    parameters = THREADS * ITERATIONS
+    assert found["threads"] == {"parameters": parameters, "zero_after_init": parameters, "copied": parameters}
+    assert found["children"] == {"parameters": FORKS, "zero_after_init": FORKS, "copied": FORKS}
+    summary = summary_lines(done.stderr)
+    assert len(summary) == 1, done.stderr  # forked children report nothing
+    assert "skipped %d calls" % parameters in summary[0] and "on %d storages" % parameters in summary[0]
+    assert summary[0].endswith("by free %d, pending 0" % parameters), summary[0]
