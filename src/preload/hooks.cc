@@ -7,16 +7,17 @@
 // dependencies only, never the preload, but a result is still checked against
 // our own definitions.
 //
-// Looking up takes the dynamic linker's lock (dl_iterate_phdr), and a fork
-// copies that lock as held if another thread is inside it at that moment; a
-// child that then looked up an original would wait forever (seen under TSan:
-// a DataLoader-like fork while the threads made their first calls). So once
-// one original is found (torch is loaded), every row is looked up, and the
-// forking thread finishes that before each fork: a child never looks up.
+// Looking up takes the dynamic linker's dl_load_write_lock (dl_iterate_phdr,
+// dladdr), which fork does not reset: a child forked while another thread
+// is inside a lookup waits forever in its own. So once one original is found
+// (torch is loaded), every row is looked up at once: a child then looks up
+// only a row its parent had not found, and the window is that one pass
+// instead of each row's first call across the run. (A fork handler cannot
+// close the pass's window: it runs under glibc's fork lock, which a dlopen
+// constructor registering its own handler takes after the linker's lock.)
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,28 +100,17 @@ void* look_up_original(HookId id) {
   return address;
 }
 
-bool g_every_row_looked_up = false;
-
-// Every row once (a row this torch lacks stays null, never looked up again
-// by this pass). Idempotent; threads may run it at once.
-void look_up_every_row() {
-  if (__atomic_load_n(&g_every_row_looked_up, __ATOMIC_ACQUIRE)) return;
-  for (int i = 0; i < kHookCount; ++i) look_up_original(static_cast<HookId>(i));
-  __atomic_store_n(&g_every_row_looked_up, true, __ATOMIC_RELEASE);
-}
-
 }  // namespace
 
 void* find_original(HookId id) {
   void* address = look_up_original(id);
-  // Only processes that call into torch pay for it. The first thread here
-  // starts the pass and nobody waits for it (a thread inside dlopen may be
+  // Only processes that call into torch pay for the pass. The first thread
+  // here runs it and nobody waits for it (a thread inside dlopen may be
   // calling into torch: waiting could close a cycle with the linker's lock).
-  static bool started = false;
-  if (address != nullptr && !__atomic_exchange_n(&started, true, __ATOMIC_ACQ_REL)) {
-    pthread_atfork(look_up_every_row, nullptr, nullptr);
-    look_up_every_row();
-  }
+  static bool every_row_started = false;
+  if (address != nullptr && !__atomic_load_n(&every_row_started, __ATOMIC_ACQUIRE) &&
+      !__atomic_exchange_n(&every_row_started, true, __ATOMIC_ACQ_REL))
+    for (int i = 0; i < kHookCount; ++i) look_up_original(static_cast<HookId>(i));
   return address;
 }
 

@@ -183,3 +183,49 @@ def test_a_full_filesystem_leaves_no_partial_report(tmp_path):
         assert os.listdir(str(mount)) == [], "the partial file is removed"
     finally:
         subprocess.run(["umount", str(mount)])
+
+
+# A thread parks inside dl_iterate_phdr, holding the dynamic linker's
+# dl_load_write_lock, and the main thread forks meanwhile: fork does not reset
+# that lock, so a child that looks anything up through it waits forever.
+# The parent made one call into torch; the child makes calls it never made.
+FORK_UNDER_THE_LINKERS_LOCK = textwrap.dedent("""\
+    import ctypes, os, sys, threading, time, torch
+    torch.empty(4).normal_()
+    CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+    inside = threading.Event()
+    def hold(info, size, data):
+        inside.set()
+        time.sleep(1)
+        return 1
+    callback = CALLBACK(hold)
+    holder = threading.Thread(target=ctypes.CDLL(None).dl_iterate_phdr, args=(callback, None))
+    holder.start()
+    inside.wait()
+    child = os.fork()
+    if child == 0:
+        weight = torch.empty(64)
+        weight.uniform_(-1, 1); weight.fill_(0.5); weight.zero_(); weight.copy_(torch.ones(64))
+        os._exit(0 if bool(weight.eq(1).all()) else 1)
+    deadline = time.monotonic() + 120  # a hang, not a speed: the child needs milliseconds
+    finished = 0
+    while not finished and time.monotonic() < deadline:
+        finished, status = os.waitpid(child, os.WNOHANG)
+        time.sleep(0.05)
+    if not finished:
+        os.kill(child, 9)
+        print("the child hung")
+        sys.exit(1)
+    holder.join()
+    print("child exit status", os.waitstatus_to_exitcode(status))
+    """)
+
+
+@pytest.mark.parametrize("variables", [{}, ACTIVE], ids=["inactive", "active"])
+def test_a_child_forked_while_a_thread_holds_the_linkers_lock_calls_into_torch(variables):
+    """fsdpskip looks up torch's originals through that lock: all of them
+    after the first call, never in a child for a call its parent made none of."""
+    plain = run([PYTHON, "-c", FORK_UNDER_THE_LINKERS_LOCK], preload=False, **variables)
+    preloaded = run([PYTHON, "-c", FORK_UNDER_THE_LINKERS_LOCK], **variables)
+    assert plain.stdout == "child exit status 0\n", plain.stdout + plain.stderr
+    assert preloaded.stdout == plain.stdout and preloaded.returncode == 0, preloaded.stdout + preloaded.stderr

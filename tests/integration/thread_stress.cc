@@ -9,10 +9,9 @@
 //
 //   thread_stress [THREADS ITERATIONS FORKS [warm]]     default 8 200 6
 // warm: the main thread makes one parameter before the threads start, so no
-// fork lands while the first calls into torch are being resolved. Under
-// TSan only: its dlopen interceptor holds a lock of its own that a fork
-// copies as held, and the child then hangs in exit (glibc itself resets the
-// linker's locks in a child, and fsdpskip finishes resolving before a fork).
+// fork lands while fsdpskip looks up torch's originals. Under TSan only: its
+// dlopen interceptor holds a lock of its own that a fork copies as held,
+// and the child then hangs in exit.
 // Prints "parameters=P zero_after_init=Z copied=C" for the threads, then the
 // same for the forked children.
 #include <sys/wait.h>
@@ -85,10 +84,15 @@ int main(int argc, char** argv) {
   Counts in_threads, in_children;
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) pool.emplace_back(worker, &in_threads, t, iterations);
+  // Forks land while the threads are busy, once one parameter is done: a
+  // child forked before its process's first call into torch is a process of
+  // its own (README, known limits).
+  while (in_threads.parameters == 0) usleep(1000);
   for (int f = 0; f < forks; ++f) {
-    usleep(20000);  // forks land while the threads are busy
+    usleep(20000);
     pid_t child = fork();
-    if (child == 0) {  // its outcome is its exit status
+    if (child == 0) {  // its outcome is its exit status; a hang ends by SIGALRM, a failure
+      alarm(120);
       // zero_ or fill_ only: a thread may hold torch's default generator's
       // mutex at the fork, and normal_ in the child would wait on it forever
       // (torch's own hazard; seen under TSan, with or without fsdpskip).
