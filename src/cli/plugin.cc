@@ -15,7 +15,7 @@
 #include "../common/options_table.h"
 #include "../common/plugin_abi.h"
 #include "../common/torch_identity.h"
-#include "elf_file.h"
+#include "elf_facts.h"
 #include "json_fields.h"
 #include "plugin_search.h"
 #include "subprocess.h"

@@ -9,6 +9,7 @@
 
 #include "../common/options_table.h"
 #include "json_fields.h"
+#include "platform.h"
 #include "subprocess.h"
 
 namespace fsdpskip::cli {
@@ -73,15 +74,22 @@ std::optional<Torch> torch_of_libtorch(const std::string& directory, std::string
   Torch torch;
   torch.origin = "libtorch " + directory;
   std::string lib;
-  for (const char* sub : {"/lib", "", "/lib/x86_64-linux-gnu", "/lib64"}) {
+  // A prefix such as /usr keeps them in lib/<multiarch triplet>/ on Debian.
+  std::string multiarch = this_platform().multiarch;
+  std::vector<std::string> subdirectories = {"/lib", ""};
+  if (!multiarch.empty()) subdirectories.push_back("/lib/" + multiarch);
+  subdirectories.push_back("/lib64");
+  std::string looked;
+  for (const std::string& sub : subdirectories) {
     std::string candidate = directory + sub;
+    looked += (looked.empty() ? "" : ", ") + (sub.empty() ? std::string("./") : sub.substr(1) + "/");
     if (!find_library_in(candidate, "libtorch_cpu.so").empty()) {
       lib = candidate;
       break;
     }
   }
   if (lib.empty()) {
-    *error = "no libtorch_cpu.so under " + directory + " (looked in lib/, ./, lib/x86_64-linux-gnu/, lib64/)";
+    *error = "no libtorch_cpu.so under " + directory + " (looked in " + looked + ")";
     return std::nullopt;
   }
   for (Library library : kLibraries)

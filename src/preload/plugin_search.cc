@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/elf_file.h"
 #include "../common/plugin_abi.h"
 #include "../common/torch_identity.h"
-#include "elf_identity.h"
 
 namespace fsdpskip {
 namespace {
@@ -208,7 +208,12 @@ PluginExamination examine_plugin(const char* path, const char* build_id, uid_t i
   int fd = open_safely(result.path, install_owner, &result);
   if (fd < 0) return result;
   static char identity[1024];  // see open_safely: not reentrant
-  if (!read_fd_section(fd, FSDPSKIP_TORCH_ID_SECTION, identity, sizeof identity)) {
+  ElfFile elf(fd);
+  if (elf.problem() != nullptr) {
+    set_detail(&result, PluginVerdict::kNotPlugin, "%s is not a fsdpskip torch plugin (it %s)", path, elf.problem());
+  } else if (elf.problem_here() != nullptr) {
+    set_detail(&result, PluginVerdict::kOtherArchitecture, "%s %s", path, elf.problem());
+  } else if (!elf.section_text(FSDPSKIP_TORCH_ID_SECTION, identity, sizeof identity)) {
     set_detail(&result, PluginVerdict::kNotPlugin, "%s is not a fsdpskip torch plugin (no %s section)", path,
                FSDPSKIP_TORCH_ID_SECTION);
   } else {

@@ -54,6 +54,7 @@ enum class PluginVerdict {
   kMissing,     // no such file
   kUnsafe,      // not a regular file, or another user can write it or a directory above it
   kNotPlugin,   // unreadable, or no identity section
+  kOtherArchitecture,  // an ELF file for another machine (an aarch64 plugin on x86-64)
   kOtherTorch,  // built for another libtorch_cpu
   kOtherAbi,    // built by a fsdpskip whose plugin ABI differs
 };

@@ -9,18 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/libraries.h"
 #include "../common/torch_identity.h"
-#include "elf_identity.h"
+#include "loaded_objects.h"
 #include "log.h"
 #include "plugin_search.h"
 #include "preload.h"
 
 namespace fsdpskip {
 
-bool g_active = false;
+std::atomic<bool> g_active{false};
 Options g_options;
 
 namespace {
@@ -28,12 +29,16 @@ namespace {
 enum class PluginState { kUntried, kLoaded, kRefused };
 
 pthread_once_t g_plugin_once = PTHREAD_ONCE_INIT;
-const fsdpskip_plugin* g_plugin = nullptr;  // published with release once loaded
-PluginState g_plugin_state = PluginState::kUntried;
+std::atomic<const fsdpskip_plugin*> g_plugin{nullptr};  // published with release once loaded
+std::atomic<PluginState> g_plugin_state{PluginState::kUntried};
 // The thread loading the plugin: torch calls it makes meanwhile forward
 // (no TLS here: a TLS block costs every process a start-up allocation).
+// Published by g_loading's release.
 pthread_t g_loading_thread;
-bool g_loading = false;
+std::atomic<bool> g_loading{false};
+// Set in a child forked while another thread loaded the plugin: that thread
+// does not exist in the child, so its pthread_once never completes there.
+std::atomic<bool> g_forked_mid_load{false};
 
 // Copies of the variables' values: the environment can change under us.
 char g_report_template[PATH_MAX];
@@ -45,9 +50,9 @@ fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI, say_text, false, FSDPSKIP_MODE_ON, 
 // Decisions are made one at a time, under this lock; it is never held while
 // torch, the plugin's loading or the dynamic linker runs.
 pthread_mutex_t g_policy_lock = PTHREAD_MUTEX_INITIALIZER;
-bool g_started = false;        // the constructor decided: changes are followed from here on
-bool g_exiting = false;        // at_exit ran: the decision is final
-bool g_exit_registered = false;
+std::atomic<bool> g_started{false};  // the constructor decided: changes are followed from here on
+std::atomic<bool> g_exiting{false};  // at_exit ran: the decision is final
+bool g_exit_registered = false;      // under g_policy_lock (or in the constructor)
 
 const char* environment(const char* name, void*) { return getenv(name); }
 
@@ -152,36 +157,58 @@ const fsdpskip_plugin* load_plugin() {
 
 void load_once() {
   g_loading_thread = pthread_self();
-  __atomic_store_n(&g_loading, true, __ATOMIC_RELEASE);
+  g_loading.store(true, std::memory_order_release);
   const fsdpskip_plugin* plugin = load_plugin();
-  __atomic_store_n(&g_loading, false, __ATOMIC_RELEASE);
-  g_plugin_state = plugin ? PluginState::kLoaded : PluginState::kRefused;
+  g_loading.store(false, std::memory_order_release);
+  g_plugin_state.store(plugin ? PluginState::kLoaded : PluginState::kRefused, std::memory_order_relaxed);
   if (plugin == nullptr) return;
   // A decision made while the plugin loaded did not reach it: hand it the
   // current one, then publish it so later decisions do.
   pthread_mutex_lock(&g_policy_lock);
   plugin->policy_changed(false);
-  __atomic_store_n(&g_plugin, plugin, __ATOMIC_RELEASE);
+  g_plugin.store(plugin, std::memory_order_release);
   pthread_mutex_unlock(&g_policy_lock);
+}
+
+// The fork handler that keeps a child from inheriting the policy lock held
+// by a thread it does not have, or a plugin load that never ends there.
+// Registered before a process first takes the lock (when it starts active,
+// or first changes a policy variable), never in every process.
+void in_forked_child() {
+  pthread_mutex_init(&g_policy_lock, nullptr);
+  if (g_loading.load(std::memory_order_relaxed)) g_forked_mid_load.store(true, std::memory_order_relaxed);
+}
+
+void register_fork_handler() {
+  static std::atomic<bool> registered{false};
+  if (!registered.exchange(true, std::memory_order_relaxed)) pthread_atfork(nullptr, nullptr, in_forked_child);
+}
+
+// The lock, within a bound: an exit path never waits forever (a thread that
+// holds it may be blocked writing to a stderr nobody reads). False: not taken.
+bool lock_at_exit() {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 2;
+  return pthread_mutex_timedlock(&g_policy_lock, &deadline) == 0;
 }
 
 // Runs before the libraries' destructors. Interposers forward from here on,
 // then the plugin does its shutdown work.
 void at_exit() {
-  pthread_mutex_lock(&g_policy_lock);
-  g_exiting = true;
-  bool was_routed = g_active;
-  __atomic_store_n(&g_active, false, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&g_policy_lock);
+  bool locked = lock_at_exit();
+  g_exiting.store(true, std::memory_order_relaxed);
+  bool was_routed = g_active.exchange(false, std::memory_order_relaxed);
+  if (locked) pthread_mutex_unlock(&g_policy_lock);
   if (!was_routed) return;
-  if (const fsdpskip_plugin* plugin = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE)) {
+  if (const fsdpskip_plugin* plugin = g_plugin.load(std::memory_order_acquire)) {
     plugin->finish();
     return;
   }
   // A helper process (torchrun's agent, a spawned DataLoader worker) that
   // imported torch and made no parameter: nothing to say at the default level.
   char path[PATH_MAX], build_id[128];
-  if (g_plugin_state == PluginState::kUntried && says(FSDPSKIP_MESSAGE_DEBUG) &&
+  if (g_plugin_state.load(std::memory_order_relaxed) == PluginState::kUntried && says(FSDPSKIP_MESSAGE_DEBUG) &&
       loaded_library_identity(library_prefix(Library::kTorchCpu), path, sizeof path, build_id, sizeof build_id))
     say(FSDPSKIP_MESSAGE_DEBUG, "local rank %d pid %d: torch was loaded but no parameter was initialised; nothing skipped",
               g_options.local_rank, getpid());
@@ -222,40 +249,37 @@ void decide(Options options, const char* cause, bool stated) {
   }
   // Once loaded, the plugin keeps seeing copies, broadcasts and frees while
   // inactive: storages it skipped stay accounted for until rank 0's data lands.
-  const fsdpskip_plugin* plugin = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE);
-  __atomic_store_n(&g_active, options.active || plugin != nullptr, __ATOMIC_RELEASE);
+  const fsdpskip_plugin* plugin = g_plugin.load(std::memory_order_acquire);
+  g_active.store(options.active || plugin != nullptr, std::memory_order_relaxed);
   if (plugin != nullptr) plugin->policy_changed(opens_loading);
 }
-
-void reset_lock_in_child() { pthread_mutex_init(&g_policy_lock, nullptr); }
 
 __attribute__((constructor)) void initialise() {
   check_stderr_at_start();
   remember_preload_path();
-  decide(resolve_options(environment, nullptr), nullptr, false);
-  __atomic_store_n(&g_started, true, __ATOMIC_RELEASE);
+  Options options = resolve_options(environment, nullptr);
+  if (options.active) register_fork_handler();
+  decide(options, nullptr, false);
+  g_started.store(true, std::memory_order_release);
 }
 
 }  // namespace
 
 const fsdpskip_plugin* loaded_plugin() {
   // The common case, once loaded: one load, no TLS lookup, no pthread_once.
-  if (const fsdpskip_plugin* plugin = __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE)) return plugin;
-  if (__atomic_load_n(&g_loading, __ATOMIC_ACQUIRE) && pthread_equal(g_loading_thread, pthread_self())) return nullptr;
+  if (const fsdpskip_plugin* plugin = g_plugin.load(std::memory_order_acquire)) return plugin;
+  if (g_loading.load(std::memory_order_acquire) && pthread_equal(g_loading_thread, pthread_self())) return nullptr;
+  if (g_forked_mid_load.load(std::memory_order_relaxed)) return nullptr;
   pthread_once(&g_plugin_once, load_once);
-  return g_active ? __atomic_load_n(&g_plugin, __ATOMIC_ACQUIRE) : nullptr;
+  return routed() ? g_plugin.load(std::memory_order_acquire) : nullptr;
 }
 
 void environment_changed(const char* name, size_t length, bool set) {
-  if (!__atomic_load_n(&g_started, __ATOMIC_ACQUIRE)) return;  // the constructor reads it itself
+  if (!g_started.load(std::memory_order_acquire)) return;  // the constructor reads it itself
   if (name != nullptr && !is_policy_variable(name, length)) return;
-  static bool atfork_registered = false;  // only processes that touch the policy pay for it
+  register_fork_handler();  // only processes that touch the policy pay for it
   pthread_mutex_lock(&g_policy_lock);
-  if (!atfork_registered) {
-    atfork_registered = true;
-    pthread_atfork(nullptr, nullptr, reset_lock_in_child);
-  }
-  if (!g_exiting) {
+  if (!g_exiting.load(std::memory_order_relaxed)) {
     char cause[64];
     snprintf(cause, sizeof cause, "%.*s", name ? static_cast<int>(length) : 8, name ? name : "clearenv");
     decide(resolve_options(environment, nullptr), cause, set && name != nullptr && states_loading(name, length));

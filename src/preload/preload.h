@@ -2,6 +2,8 @@
 // and again whenever the program changes a policy variable.
 #pragma once
 
+#include <atomic>
+
 #include "../common/plugin_abi.h"
 #include "options.h"
 
@@ -10,8 +12,10 @@ namespace fsdpskip {
 // True while the interposers route to the plugin: the process is active, or
 // it was and the plugin is loaded (it still accounts for skipped storages).
 // Cleared at exit before the plugin's shutdown work, so interposers that run
-// during shutdown forward to the original.
-extern bool g_active;
+// during shutdown forward to the original. A flag and nothing more (what the
+// active path reads is published by its own acquire and release): relaxed.
+extern std::atomic<bool> g_active __attribute__((visibility("hidden")));
+inline bool routed() { return g_active.load(std::memory_order_relaxed); }
 extern Options g_options;  // the current decision
 
 // A variable named by `length` bytes at `name` (nullptr: the whole
@@ -26,7 +30,7 @@ const fsdpskip_plugin* loaded_plugin();
 // nullptr in an inactive process (inline: an interposer's common path is one
 // load of g_active and the original's call), else loaded_plugin().
 inline const fsdpskip_plugin* active_plugin() {
-  if (__builtin_expect(!g_active, 1)) return nullptr;
+  if (__builtin_expect(!routed(), 1)) return nullptr;
   return loaded_plugin();
 }
 
