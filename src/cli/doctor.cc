@@ -22,10 +22,12 @@
 #include "../common/plugin_abi.h"
 #include "../common/report_table.h"
 #include "doctor.h"
-#include "elf_file.h"
+#include "elf_facts.h"
+#include "hooks.h"  // the preload's own table: the doctor checks exactly what is interposed
 #include "json_fields.h"
 #include "layout.h"
 #include "options.h"
+#include "platform.h"
 #include "plugin.h"
 #include "subprocess.h"
 #include "text_table.h"
@@ -36,20 +38,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-struct HookRow {
-  const char* id;
-  Library library;
-  fsdpskip_kernel kernel;
-  const char* mangled;
-};
-
-// The preload's own table: the doctor checks exactly what is interposed.
-constexpr HookRow kHooks[] = {
-#define HOOK(id, library, shape, kernel, mangled) {#id, Library::library, kernel, mangled},
-#include "../preload/hooks.def"
-#undef HOOK
-};
 
 enum class Status { kOk, kNotApplicable, kFail };
 
@@ -67,6 +55,17 @@ std::string demangled(const char* mangled) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), free);
   return status == 0 ? name.get() : mangled;
+}
+
+// The kernels whose rows only make a skipped storage's comparisons faster
+// (trunc_normal_'s rejection test from torch 2.12 on).
+bool answers_from_zeros(fsdpskip_kernel kernel) {
+  switch (kernel) {
+    case FSDPSKIP_LT: case FSDPSKIP_LE: case FSDPSKIP_GT: case FSDPSKIP_GE: case FSDPSKIP_OR: case FSDPSKIP_ANY:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // Rows that differ only in how optional<Generator> is mangled are one
@@ -118,11 +117,11 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
     }
   }
   std::map<std::string, std::string> present_in_family;
-  for (const HookRow& row : kHooks) {
+  for (const HookRow& row : kHookRows) {
     auto defining = facts.find(library_prefix(row.library));
     if (defining != facts.end() && defining->second.exported.count(row.mangled)) present_in_family[family(row.id)] = row.id;
   }
-  for (const HookRow& row : kHooks) {
+  for (const HookRow& row : kHookRows) {
     std::string function = demangled(row.mangled);
     std::string name = "symbol " + function.substr(0, function.find('(')) + " [" + row.id + "]";
     // libtorch_cuda calls NCCL and its own rows; libtorch_cpu the others.
@@ -147,7 +146,7 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
         checks->push_back({name, Status::kNotApplicable, "this release has the other mangling (" + other->second + ")"});
       else if (row.kernel == FSDPSKIP_CHAIN)
         checks->push_back({name, Status::kNotApplicable, "not in this release (trunc_normal_ does not use it)"});
-      else if (row.kernel >= FSDPSKIP_LT)
+      else if (answers_from_zeros(row.kernel))
         checks->push_back({name, Status::kNotApplicable,
                            "not in this release: comparisons of skipped storages run as ever (they are only faster "
                            "with it)"});
@@ -168,6 +167,19 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
     }
     checks->push_back({name, Status::kOk,
                        std::string("exported by ") + library_prefix(row.library) + ", called through a relocation"});
+  }
+  // The C++ ABI, read as cmake/torch.cmake reads it for the plugin's build:
+  // c10::Device::str() returns a std::string, tagged [abi:cxx11] exactly
+  // under the new ABI.
+  auto c10 = facts.find(library_prefix(Library::kC10));
+  if (c10 != facts.end()) {
+    const std::set<std::string>& exported = c10->second.exported;
+    bool cxx11 = exported.count("_ZNK3c106Device3strB5cxx11Ev") != 0, old = exported.count("_ZNK3c106Device3strEv") != 0;
+    checks->push_back({"C++ ABI", cxx11 || old ? Status::kOk : Status::kFail,
+                       cxx11 ? "the cxx11 ABI (_GLIBCXX_USE_CXX11_ABI=1), read off libc10's symbols"
+                       : old ? "the pre-cxx11 ABI (_GLIBCXX_USE_CXX11_ABI=0), read off libc10's symbols"
+                             : "cannot be told from libc10's symbols (no c10::Device::str()): a plugin cannot be "
+                               "built for it"});
   }
   auto libtorch = facts.find(library_prefix(Library::kTorchCpu));
   return libtorch != facts.end() ? libtorch->second.build_id : "";
@@ -195,8 +207,11 @@ bool check_plugin(const Torch& torch, const std::string& build_id, const Layout&
                                                     "]; build one: " + plugin_build_command(torch)});
     return false;
   }
+  uint16_t machine = 0;
+  std::string unread;
+  read_elf_section(choice.path, FSDPSKIP_TORCH_ID_SECTION, &unread, &machine);
   checks->push_back({"plugin", Status::kOk, choice.path + " (" + choice.place + ") built for this libtorch (torch " +
-                                                choice.torch + ")"});
+                                                choice.torch + ", " + machine_text(machine) + ")"});
   return true;
 }
 
@@ -261,6 +276,8 @@ int doctor(const DoctorOptions& options) {
   std::string error;
   std::optional<Torch> torch = torch_of(options.python, options.libtorch, scratch.path(), &error);
   std::vector<Check> checks;
+  Platform platform = this_platform();
+  checks.push_back({"platform", Status::kOk, platform_text(platform)});
   if (!torch) {
     checks.push_back({"torch", Status::kFail, error});
   } else {
@@ -292,6 +309,8 @@ int doctor(const DoctorOptions& options) {
                 {"decision",
                  {{"active", decision.options.active}, {"reason", decision.options.reason},
                   {"error", decision.options.error}, {"variables", variables}}}};
+    out["platform"] = {{"architecture", platform.architecture}, {"kernel_machine", platform.kernel_machine},
+                       {"page_size", platform.page_size}, {"glibc", platform.glibc}, {"multiarch", platform.multiarch}};
     if (torch)
       out["torch"] = {{"version", torch->version}, {"origin", torch->origin},
                       {"libtorch_cpu", library_path(*torch, Library::kTorchCpu)}};

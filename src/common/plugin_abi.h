@@ -8,7 +8,10 @@
 //     c10::TensorImpl*, c10::Scalar*, std::vector<at::Tensor>*, owned by
 //     torch, valid for the call only, never copied or kept by the preload;
 //   - verdicts back: what the interposer does with the call.
-// Every callback may be called on any thread, concurrently; none may throw.
+// Every callback may be called on any thread, concurrently. None throws (the
+// preload has no C++ runtime to unwind through): a callback that fails
+// inside (an allocation) counts an internal error, says so once, and answers
+// as its comment says, so that the call then runs as without fsdpskip.
 #ifndef FSDPSKIP_PLUGIN_ABI_H
 #define FSDPSKIP_PLUGIN_ABI_H
 
@@ -23,10 +26,10 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 6
+#define FSDPSKIP_PLUGIN_ABI 7
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
-// As text: the plugin's identity section carries it ("abi=6"), so a plugin
+// As text: the plugin's identity section carries it ("abi=7"), so a plugin
 // of another ABI is passed over before it is loaded.
 #define FSDPSKIP_PLUGIN_ABI_TEXT FSDPSKIP_TEXT_OF(FSDPSKIP_PLUGIN_ABI)
 
@@ -93,6 +96,7 @@ typedef enum fsdpskip_verdict {
   FSDPSKIP_RUN_NOTIFY,   // copy_: run it, then copied() (it may resolve the destination)
   FSDPSKIP_ZERO_LAZILY,  // zero_, fill_(+0): run it on a stand-in, then zero_lazily() does it exactly
   FSDPSKIP_ZEROS,        // its result is all zeros: do not run it; zeros_produced() writes them
+  FSDPSKIP_VERDICT_COUNT
 } fsdpskip_verdict;
 
 // The preload's current decision. The preload owns it and rewrites it under
@@ -119,7 +123,8 @@ typedef struct fsdpskip_plugin {
   uint32_t abi;
   // normal_, uniform_, zero_, fill_(Tensor) on `self` (at::Tensor*), before
   // the kernel runs: SKIP for a placeholder's init, ZERO_LAZILY for an exact
-  // zero_ done without committing pages, AUDIT in audit mode, else RUN.
+  // zero_ done without committing pages, AUDIT in audit mode, else RUN (also
+  // when it fails: every decide_* answers RUN then).
   fsdpskip_verdict (*decide_init)(fsdpskip_kernel kernel, void* self);
   // fill_(self, value) with a c10::Scalar*: decide_init, where a fill with +0
   // is a zero_.
@@ -141,18 +146,23 @@ typedef struct fsdpskip_plugin {
   fsdpskip_verdict (*decide_on_zeros)(fsdpskip_kernel kernel, const void* self, const void* other, const void* out);
   // After a ZEROS verdict, instead of the kernel: zero `out` exactly
   // (releasing whole pages) and, when it covers a storage of the CPU
-  // allocator's, remember that the storage holds zeros.
-  void (*zeros_produced)(fsdpskip_kernel kernel, const void* out);
+  // allocator's, remember that the storage holds zeros. False when it
+  // failed: the interposer then runs the kernel.
+  bool (*zeros_produced)(fsdpskip_kernel kernel, const void* out);
   // A zero-element tensor with self's dtype and device (an at::Tensor*
   // owned by the plugin, one per slot 0 or 1 and thread, valid until the
   // next call with that slot): a SKIP or ZERO_LAZILY verdict runs the
   // original on it, so a call torch would reject raises what it would raise.
+  // NULL when it cannot be made: the interposer then runs the kernel on self.
   void* (*stand_in_like)(const void* self, int slot);
   // After a SKIP (or the chain's SKIP, which runs nothing): count the call,
-  // record the storage as pending, make it read as zeros.
-  void (*skipped)(fsdpskip_kernel kernel, void* self);
-  // After a ZERO_LAZILY: zero `self` exactly, releasing whole pages.
-  void (*zero_lazily)(void* self);
+  // record the storage as pending, make it read as zeros. False when it
+  // failed, leaving nothing recorded: the interposer then runs the kernel on
+  // self, so a storage is never left neither initialised nor pending.
+  bool (*skipped)(fsdpskip_kernel kernel, void* self);
+  // After a ZERO_LAZILY: zero `self` exactly, releasing whole pages. False
+  // when it failed: the interposer then runs the kernel on self.
+  bool (*zero_lazily)(void* self);
   // After an AUDIT verdict's kernel ran in `nanoseconds`.
   void (*audited)(fsdpskip_kernel kernel, void* self, uint64_t nanoseconds);
   // After a RUN_NOTIFY copy_ ran (at::Tensor*): it may resolve dst.
@@ -172,6 +182,12 @@ typedef struct fsdpskip_plugin {
   // storages inside it and ends the loading phase. bytes is 0 for a datatype
   // the preload does not know; buffer may be NULL.
   void (*received)(const void* buffer, size_t bytes);
+  // Before one of training's collectives (ProcessGroupGloo's all-reduce and
+  // reduce-scatter, with the tensors they write, a std::vector<at::Tensor>*;
+  // NCCL's ncclAllReduce and ncclReduceScatter, tensor_vector NULL and the
+  // bytes received): the first one larger than a barrier's few elements
+  // ends the loading phase.
+  void (*collective_started)(const void* tensor_vector, size_t bytes);
   // The decision in the host changed (called by the preload, under its lock,
   // on any thread; never while the plugin is being loaded). opens_loading: a
   // new loading phase begins (the process turned active, or a variable that

@@ -4,9 +4,9 @@
 // original can never drift apart and a debugger steps straight into the
 // forwarder.
 //
-// The kernel forwarders' inactive path is one load of g_active and a tail
-// call into the original; what an active process does is out of line
-// (`active`). The notifying ones (set_requires_grad, broadcasts, chain
+// The kernel forwarders' inactive path is a test of g_active and a jump to
+// the original through g_originals (never null: hooks.h): on x86-64, three
+// instructions. What an active process does is out of line (`active`). The notifying ones (set_requires_grad, broadcasts, chain
 // steps, comparisons) test the flag after or around the original's call.
 //
 // This file is built without exceptions but with asynchronous unwind tables:
@@ -37,19 +37,21 @@ inline Fn original_as(HookId id) {
 // Carries out a verdict on a kernel call on `self`. `run(tensor)` calls the
 // original with `tensor` in place of self. SKIP and ZERO_LAZILY still run
 // the original, on a zero-element stand-in of self's dtype and device, so a
-// call torch would reject raises exactly what it would raise.
+// call torch would reject raises exactly what it would raise. Where the
+// plugin could not do its part (no stand-in, or skipped() or zero_lazily()
+// failed), the original runs on self: the call as without fsdpskip.
 template <typename Run>
 inline void* carry_out(fsdpskip_verdict verdict, const fsdpskip_plugin* plugin, fsdpskip_kernel kernel, void* self,
                        Run run) {
   switch (verdict) {
     case FSDPSKIP_SKIP:
-      run(plugin->stand_in_like(self, 0));
-      plugin->skipped(kernel, self);
-      return self;
-    case FSDPSKIP_ZERO_LAZILY:
-      run(plugin->stand_in_like(self, 0));
-      plugin->zero_lazily(self);
-      return self;
+    case FSDPSKIP_ZERO_LAZILY: {
+      void* stand_in = plugin->stand_in_like(self, 0);
+      if (stand_in == nullptr) return run(self);
+      run(stand_in);
+      bool done = verdict == FSDPSKIP_SKIP ? plugin->skipped(kernel, self) : plugin->zero_lazily(self);
+      return done ? self : run(self);
+    }
     case FSDPSKIP_AUDIT: {
       uint64_t start = now_ns();
       void* result = run(self);
@@ -73,7 +75,7 @@ struct Random {
                      [&](void* t) { return fn(t, a, b, generator); });
   }
   static void* forward(void* self, double a, double b, void* generator) {
-    if (__builtin_expect(g_active, 0)) return active(self, a, b, generator);
+    if (__builtin_expect(routed(), 0)) return active(self, a, b, generator);
     return original_as<Fn>(id)(self, a, b, generator);
   }
 };
@@ -89,7 +91,7 @@ struct Unary {
     return carry_out(plugin->decide_init(kernel, self), plugin, kernel, self, fn);
   }
   static void* forward(void* self) {
-    if (__builtin_expect(g_active, 0)) return active(self);
+    if (__builtin_expect(routed(), 0)) return active(self);
     return original_as<Fn>(id)(self);
   }
 };
@@ -107,7 +109,7 @@ struct Fill {
     return carry_out(verdict, plugin, kernel, self, [&](void* t) { return fn(t, value); });
   }
   static void* forward(void* self, const void* value) {
-    if (__builtin_expect(g_active, 0)) return active(self, value);
+    if (__builtin_expect(routed(), 0)) return active(self, value);
     return original_as<Fn>(id)(self, value);
   }
 };
@@ -126,14 +128,19 @@ struct Copy {
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self, src, non_blocking);
     fsdpskip_verdict verdict = plugin->decide_copy(self, src);
-    void* result = carry_out(verdict, plugin, kernel, self, [&](void* t) {
-      return fn(t, t == self ? src : plugin->stand_in_like(src, 1), non_blocking);
-    });
+    if (verdict == FSDPSKIP_SKIP) {
+      void* self_stand_in = plugin->stand_in_like(self, 0);
+      const void* src_stand_in = self_stand_in ? plugin->stand_in_like(src, 1) : nullptr;
+      if (src_stand_in == nullptr) return fn(self, src, non_blocking);
+      fn(self_stand_in, src_stand_in, non_blocking);
+      return plugin->skipped(kernel, self) ? self : fn(self, src, non_blocking);
+    }
+    void* result = carry_out(verdict, plugin, kernel, self, [&](void* t) { return fn(t, src, non_blocking); });
     if (verdict == FSDPSKIP_RUN_NOTIFY) plugin->copied(self, src);
     return result;
   }
   static void* forward(void* self, const void* src, bool non_blocking) {
-    if (__builtin_expect(g_active, 0)) return active(self, src, non_blocking);
+    if (__builtin_expect(routed(), 0)) return active(self, src, non_blocking);
     return original_as<Fn>(id)(self, src, non_blocking);
   }
 };
@@ -144,7 +151,7 @@ template <HookId id, fsdpskip_kernel>
 struct RequiresGrad {
   using Fn = void (*)(void*, bool);
   static void forward(void* impl, bool requires_grad) {
-    if (__builtin_expect(g_active, 0)) return active(impl, requires_grad);
+    if (__builtin_expect(routed(), 0)) return active(impl, requires_grad);
     return original_as<Fn>(id)(impl, requires_grad);
   }
   static NOINLINE void active(void* impl, bool requires_grad) {
@@ -159,7 +166,7 @@ template <HookId id, fsdpskip_kernel>
 struct SetData {
   using Fn = void (*)(void*, const void*);
   static void forward(void* self, const void* new_data) {
-    if (__builtin_expect(g_active, 0)) return active(self, new_data);
+    if (__builtin_expect(routed(), 0)) return active(self, new_data);
     return original_as<Fn>(id)(self, new_data);
   }
   static NOINLINE void active(void* self, const void* new_data) {
@@ -169,17 +176,55 @@ struct SetData {
 };
 
 // ProcessGroup*::broadcast(this, vector<Tensor>&, const BroadcastOptions&)
-// returns intrusive_ptr<Work> by value: hidden result pointer first, as the
-// x86-64 System V ABI passes it (AArch64 passes it in x8: not this shape).
-#if !defined(__x86_64__)
-#error "the Broadcast shape assumes the x86-64 System V ABI's hidden result pointer"
+// returns c10::intrusive_ptr<Work> by value: a one-pointer class that is not
+// trivially copyable, so the caller provides the memory it is returned in,
+// as a hidden first argument on x86-64 (System V) and in x8 on AArch64
+// (AAPCS64). The forwarder's result is declared as such a class, and the
+// compiler applies each platform's rule itself; C++17's guaranteed elision
+// hands the caller's memory straight on to the original, so the result is
+// never copied or destroyed here (its members are declared only: a use
+// would fail to link).
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "the forwarders' shapes are checked on x86-64 and AArch64 only (tests/unit/test_forwarder_shapes.cc)"
 #endif
+struct ReturnedInMemory {
+  ReturnedInMemory(const ReturnedInMemory&);
+  ~ReturnedInMemory();
+  void* pointer;
+};
+
 template <HookId id, fsdpskip_kernel>
 struct Broadcast {
-  static void* forward(void* result, void* group, void* tensors, void* options) {
-    auto fn = original_as<void* (*)(void*, void*, void*, void*)>(id);
+  using Fn = ReturnedInMemory (*)(void*, void*, void*);
+  static ReturnedInMemory forward(void* group, void* tensors, void* options) {
+    Fn fn = original_as<Fn>(id);
     if (const fsdpskip_plugin* plugin = active_plugin()) plugin->broadcast_started(tensors);
-    return fn(result, group, tensors, options);
+    return fn(group, tensors, options);
+  }
+};
+
+// ProcessGroupGloo::allreduce(this, vector<Tensor>&, const AllreduceOptions&)
+// and ::reduce_scatter(this, vector<Tensor>& outputs, vector<vector<Tensor>>&
+// inputs, const ReduceScatterOptions&): training's collectives, told to the
+// plugin with the tensors they write (their size tells a barrier from a
+// gradient), then run.
+template <HookId id, fsdpskip_kernel>
+struct Collective {
+  using Fn = ReturnedInMemory (*)(void*, void*, void*);
+  static ReturnedInMemory forward(void* group, void* tensors, void* options) {
+    Fn fn = original_as<Fn>(id);
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->collective_started(tensors, 0);
+    return fn(group, tensors, options);
+  }
+};
+
+template <HookId id, fsdpskip_kernel>
+struct ReduceScatter {
+  using Fn = ReturnedInMemory (*)(void*, void*, void*, void*);
+  static ReturnedInMemory forward(void* group, void* outputs, void* inputs, void* options) {
+    Fn fn = original_as<Fn>(id);
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->collective_started(outputs, 0);
+    return fn(group, outputs, inputs, options);
   }
 };
 
@@ -194,7 +239,7 @@ struct Structured {
   using Fn = void (*)(void*, const void*, Tensors...);
   template <typename... Tensors>
   static void forward(void* op, const void* self, Tensors... inputs_then_out) {
-    if (__builtin_expect(g_active, 0)) return active(op, self, inputs_then_out...);
+    if (__builtin_expect(routed(), 0)) return active(op, self, inputs_then_out...);
     return original_as<Fn<Tensors...>>(id)(op, self, inputs_then_out...);
   }
   template <typename... Tensors>
@@ -206,13 +251,14 @@ struct Structured {
     void* out = const_cast<void*>(arguments[sizeof...(Tensors) - 1]);
     if constexpr (kernel == FSDPSKIP_CHAIN) {
       fsdpskip_verdict verdict = plugin->decide_chain(self, out);
-      if (verdict == FSDPSKIP_SKIP) return plugin->skipped(kernel, out);
+      if (verdict == FSDPSKIP_SKIP && plugin->skipped(kernel, out)) return;
       uint64_t start = verdict == FSDPSKIP_AUDIT ? now_ns() : 0;
       fn(op, self, inputs_then_out...);
       if (start) plugin->audited(kernel, out, now_ns() - start);
     } else {
       const void* other = sizeof...(Tensors) == 2 ? arguments[0] : nullptr;  // any() has none
-      if (plugin->decide_on_zeros(kernel, self, other, out) == FSDPSKIP_ZEROS) return plugin->zeros_produced(kernel, out);
+      if (plugin->decide_on_zeros(kernel, self, other, out) == FSDPSKIP_ZEROS && plugin->zeros_produced(kernel, out))
+        return;
       fn(op, self, inputs_then_out...);
     }
   }
@@ -258,6 +304,18 @@ struct NcclBroadcast {
   }
 };
 
+// ncclAllReduce and ncclReduceScatter(sendbuff, recvbuff, count, datatype,
+// op, comm, stream): training's collectives, of `count` elements received.
+template <HookId id, fsdpskip_kernel>
+struct NcclReduce {
+  static int forward(const void* send, void* recv, size_t count, int datatype, int op, void* comm, void* stream) {
+    auto fn = reinterpret_cast<int (*)(const void*, void*, size_t, int, int, void*, void*)>(find_original(id));
+    if (fn == nullptr) return kNcclSystemError;
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->collective_started(nullptr, nccl_bytes(count, datatype));
+    return fn(send, recv, count, datatype, op, comm, stream);
+  }
+};
+
 }  // namespace
 
 // Each shape of hooks.def: its forwarder, and its C-level signature: result,
@@ -269,8 +327,12 @@ struct NcclBroadcast {
 #define SHAPE_Copy Copy, void*, (void* self, const void* src, bool non_blocking), (self, src, non_blocking)
 #define SHAPE_RequiresGrad RequiresGrad, void, (void* impl, bool requires_grad), (impl, requires_grad)
 #define SHAPE_SetData SetData, void, (void* self, const void* new_data), (self, new_data)
-#define SHAPE_Broadcast Broadcast, void*, (void* result, void* group, void* tensors, void* options), \
-                        (result, group, tensors, options)
+#define SHAPE_Broadcast Broadcast, ReturnedInMemory, (void* group, void* tensors, void* options), \
+                        (group, tensors, options)
+#define SHAPE_Collective Collective, ReturnedInMemory, (void* group, void* tensors, void* options), \
+                         (group, tensors, options)
+#define SHAPE_ReduceScatter ReduceScatter, ReturnedInMemory, \
+    (void* group, void* outputs, void* inputs, void* options), (group, outputs, inputs, options)
 // Structured impls by their tensor arguments after `this` (a Scalar& counts):
 // self and out; one more; two more.
 #define SHAPE_Structured2 Structured, void, (void* op, const void* self, const void* out), (op, self, out)
@@ -284,15 +346,31 @@ struct NcclBroadcast {
 #define SHAPE_NcclBroadcast NcclBroadcast, int, \
     (const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream), \
     (send, recv, count, datatype, root, comm, stream)
+#define SHAPE_NcclReduce NcclReduce, int, \
+    (const void* send, void* recv, size_t count, int datatype, int op, void* comm, void* stream), \
+    (send, recv, count, datatype, op, comm, stream)
 
 // A row's exported definition: hook_<id>, named `mangled` in the dynamic
-// symbol table, one call into its shape's forwarder.
+// symbol table, one call into its shape's forwarder; and its first call,
+// where g_originals starts: it looks the original up, then calls it.
 #define INTERPOSER(id, kernel, mangled, forwarder, result, parameters, arguments)                \
   extern "C" __attribute__((visibility("default"))) result hook_##id parameters __asm__(mangled); \
-  result hook_##id parameters { return forwarder<HookId::id, kernel>::forward arguments; }
+  result hook_##id parameters { return forwarder<HookId::id, kernel>::forward arguments; }         \
+  result first_call_##id parameters {                                                           \
+    return reinterpret_cast<result(*) parameters>(resolve_original(HookId::id)) arguments;      \
+  }
 #define APPLY(macro, ...) macro(__VA_ARGS__)
 #define HOOK(id, library, shape, kernel, mangled) APPLY(INTERPOSER, id, kernel, mangled, SHAPE_##shape)
 #include "hooks.def"
+#undef HOOK
+
+#define HOOK(id, library, shape, kernel, mangled) reinterpret_cast<void*>(&first_call_##id),
+void* g_originals[kHookCount] = {
+#include "hooks.def"
+};
+void* const g_first_calls[kHookCount] = {
+#include "hooks.def"
+};
 #undef HOOK
 
 }  // namespace fsdpskip

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "../../src/common/elf_file.h"
 #include "environment.h"
 #include "hooks.h"
 
@@ -34,12 +35,12 @@ std::string demangle(const char* mangled) {
 
 TEST(HookTable, EveryRowDemanglesToATorchFunctionOrIsNcclsCApi) {
   for (int i = 0; i < kHookCount; ++i) {
-    if (g_hooks[i].library == Library::kNccl) {
-      EXPECT_EQ(std::string(g_hooks[i].mangled).rfind("nccl", 0), 0u) << g_hooks[i].mangled;
+    if (kHookRows[i].library == Library::kNccl) {
+      EXPECT_EQ(std::string(kHookRows[i].mangled).rfind("nccl", 0), 0u) << kHookRows[i].mangled;
       continue;
     }
-    std::string name = demangle(g_hooks[i].mangled);
-    ASSERT_FALSE(name.empty()) << g_hooks[i].mangled;
+    std::string name = demangle(kHookRows[i].mangled);
+    ASSERT_FALSE(name.empty()) << kHookRows[i].mangled;
     EXPECT_TRUE(name.rfind("at::native::", 0) == 0 || name.rfind("at::TensorBase::", 0) == 0 ||
                 name.rfind("c10::", 0) == 0 || name.rfind("c10d::", 0) == 0)
         << name;
@@ -49,8 +50,8 @@ TEST(HookTable, EveryRowDemanglesToATorchFunctionOrIsNcclsCApi) {
 TEST(HookTable, NamesAreUnique) {
   std::set<std::string> mangled, ids;
   for (int i = 0; i < kHookCount; ++i) {
-    EXPECT_TRUE(mangled.insert(g_hooks[i].mangled).second) << g_hooks[i].mangled;
-    EXPECT_TRUE(ids.insert(g_hooks[i].id).second) << g_hooks[i].id;
+    EXPECT_TRUE(mangled.insert(kHookRows[i].mangled).second) << kHookRows[i].mangled;
+    EXPECT_TRUE(ids.insert(kHookRows[i].id).second) << kHookRows[i].id;
   }
 }
 
@@ -58,7 +59,7 @@ TEST(HookTable, PreloadExportsExactlyTheTable) {
   std::set<std::string> exported =
       lines_of(std::string("nm -D --defined-only --format=just-symbols ") + FSDPSKIP_PRELOAD);
   std::set<std::string> expected;
-  for (int i = 0; i < kHookCount; ++i) expected.insert(g_hooks[i].mangled);
+  for (int i = 0; i < kHookCount; ++i) expected.insert(kHookRows[i].mangled);
   expected.insert(std::begin(kEnvironmentFunctions), std::end(kEnvironmentFunctions));
   EXPECT_EQ(exported, expected);
 }
@@ -70,9 +71,38 @@ TEST(HookTable, PreloadNeedsGlibcAlone) {
   std::set<std::string> needed = lines_of(std::string("readelf -d ") + FSDPSKIP_PRELOAD +
                                           " | sed -n 's/.*(NEEDED).*\\[\\(.*\\)\\]/\\1/p'");
   ASSERT_FALSE(needed.empty());
-  const std::set<std::string> glibc = {"libc.so.6", "libdl.so.2", "libpthread.so.0", "libm.so.6",
-                                       "ld-linux-x86-64.so.2"};
-  for (const std::string& library : needed) EXPECT_TRUE(glibc.count(library)) << library << " is not glibc";
+  // The dynamic linker's name is the architecture's (ld-linux-x86-64.so.2, ld-linux-aarch64.so.1).
+  const std::set<std::string> glibc = {"libc.so.6", "libdl.so.2", "libpthread.so.0", "libm.so.6"};
+  for (const std::string& library : needed)
+    EXPECT_TRUE(glibc.count(library) || library.rfind("ld-linux-", 0) == 0) << library << " is not glibc";
+}
+
+// DT_FLAGS of a file's dynamic section (0 when it has none).
+uint64_t dynamic_flags(const char* path) {
+  ElfFile elf(path);
+  Elf64_Shdr dynamic;
+  if (elf.problem() || !elf.find_section(".dynamic", &dynamic)) return 0;
+  for (size_t i = 0; i < elf.entries<Elf64_Dyn>(dynamic); ++i) {
+    Elf64_Dyn entry;
+    if (elf.entry(dynamic, i, &entry) && entry.d_tag == DT_FLAGS) return entry.d_un.d_val;
+  }
+  return 0;
+}
+
+// Static TLS is scarce (on aarch64 above all): a dlopen'd object that needs
+// it can fail with "cannot allocate memory in static TLS block". The plugin
+// is dlopen'd: its thread_locals must use the dynamic models. The preload
+// has no TLS at all (a TLS block costs every process an allocation).
+TEST(HookTable, ThePluginNeedsNoStaticTlsAndThePreloadNoTls) {
+  EXPECT_EQ(dynamic_flags(FSDPSKIP_PLUGIN) & DF_STATIC_TLS, 0u);
+  Elf64_Shdr section;
+  ElfFile preload(FSDPSKIP_PRELOAD);
+  ASSERT_EQ(preload.problem(), nullptr);
+  EXPECT_FALSE(preload.find_section(".tbss", &section));
+  EXPECT_FALSE(preload.find_section(".tdata", &section));
+  ElfFile plugin(FSDPSKIP_PLUGIN);
+  EXPECT_TRUE(plugin.find_section(".tbss", &section) || plugin.find_section(".tdata", &section))
+      << "the plugin's thread_locals are gone: this test no longer checks anything";
 }
 
 // Each row this torch defines must be exported by the library the row names
@@ -82,11 +112,15 @@ TEST(HookTable, RealLibtorchDefinesAndRelocatesTheRowsForItsRelease) {
   std::string directory = libtorch.substr(0, libtorch.rfind('/'));
   std::set<std::string> defined = lines_of("nm -D --defined-only --format=just-symbols " + libtorch + " " +
                                            directory + "/libc10.so");
-  std::set<std::string> relocated =
-      lines_of("readelf -rW " + libtorch + " | awk '$3 ~ /JUMP_SLOT|GLOB_DAT|R_X86_64_64/ {print $5}'");
+  // A call through the PLT (JUMP_SLOT), a function pointer through the GOT
+  // (GLOB_DAT) or a vtable slot (R_X86_64_64, R_AARCH64_ABS64: the gloo
+  // broadcast): each architecture's names of the relocations that bind to
+  // whichever definition comes first.
+  std::set<std::string> relocated = lines_of(
+      "readelf -rW " + libtorch + " | awk '$3 ~ /JUMP_SLOT|GLOB_DAT|^R_X86_64_64$|^R_AARCH64_ABS64$/ {print $5}'");
   int present = 0;
   for (int i = 0; i < kHookCount; ++i) {
-    const Hook& hook = g_hooks[i];
+    const HookRow& hook = kHookRows[i];
     if (!defined.count(hook.mangled)) continue;
     ++present;
     EXPECT_TRUE(relocated.count(hook.mangled)) << hook.id << " is bound inside libtorch: not interposable";
