@@ -3,7 +3,12 @@
 #include <ATen/ops/empty.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <new>
 #include <string>
+#include <type_traits>
 
 #include "../common/plugin_abi.h"
 #include "report.h"
@@ -23,6 +28,46 @@ namespace {
 
 const fsdpskip_host* g_preload = nullptr;
 
+// Callbacks that failed inside (plugin.cc's `guarded`), for the summary and the report.
+std::atomic<uint64_t> g_internal_errors{0};
+
+void internal_error(const char* callback, const char* what) noexcept {
+  if (g_internal_errors.fetch_add(1, std::memory_order_relaxed) != 0 || g_preload == nullptr) return;
+  char line[512];  // no allocation: the failure may have been one
+  snprintf(line, sizeof line, "internal error in %s (%s): that call ran as without fsdpskip; any later ones are "
+           "counted in the summary", callback, what);
+  g_preload->say(FSDPSKIP_MESSAGE_ERROR, line);
+}
+
+#ifdef FSDPSKIP_FAULT_INJECTION
+// A test build only (tests/CMakeLists.txt: libfsdpskip_torch_faults.so):
+// FSDPSKIP_INJECT_FAULT=<callback>[,<callback>...] makes those callbacks
+// throw std::bad_alloc as they start; <callback>:allocation, at its first
+// allocation by the plugin's own code (its operator new below is the
+// plugin's alone, bound inside it: torch's allocations never come here).
+thread_local bool t_armed = false;
+struct FaultPoint {
+  bool previous = t_armed;  // restored on the way out: nested callbacks
+  explicit FaultPoint(const char* callback) {
+    static const char* injected = getenv("FSDPSKIP_INJECT_FAULT");
+    size_t length = strlen(callback);
+    for (const char* item = injected; item != nullptr && *item != '\0';) {
+      const char* end = strchrnul(item, ',');
+      if (static_cast<size_t>(end - item) >= length && strncmp(item, callback, length) == 0) {
+        if (item + length == end) throw std::bad_alloc();
+        if (strncmp(item + length, ":allocation", end - item - length) == 0) t_armed = true;
+      }
+      item = *end ? end + 1 : end;
+    }
+  }
+  ~FaultPoint() { t_armed = previous; }
+};
+#else
+struct FaultPoint {
+  explicit FaultPoint(const char*) {}
+};
+#endif
+
 const at::Tensor& tensor(const void* pointer) { return *static_cast<const at::Tensor*>(pointer); }
 
 void say(fsdpskip_message kind, const std::string& text) { g_preload->say(kind, text.c_str()); }
@@ -33,6 +78,7 @@ void finish() {
   if (tracker.forked_child()) return;
   bool audit = g_preload->mode == FSDPSKIP_MODE_AUDIT;
   Stats stats = tracker.stats();
+  stats[Counter::internal_errors] = g_internal_errors.load(std::memory_order_relaxed);
   std::vector<SkipSite> pending = tracker.pending();
   char hostname[256] = "unknown";
   gethostname(hostname, sizeof hostname - 1);
@@ -41,7 +87,8 @@ void finish() {
   for (uint64_t kernel_calls : stats.calls) calls += kernel_calls;
   // A process that skipped nothing (a helper that made a parameter or two, a
   // rank turned active too late) says so only at debug level.
-  bool acted = calls || stats[Counter::lazy_zero_calls] || stats[Counter::storages_skipped] || !pending.empty();
+  bool acted = calls || stats[Counter::lazy_zero_calls] || stats[Counter::storages_skipped] || !pending.empty() ||
+               stats[Counter::internal_errors];
   say(acted ? FSDPSKIP_MESSAGE_SUMMARY : FSDPSKIP_MESSAGE_DEBUG, summary_line(context, stats, audit));
   for (const SkipSite& site : pending) say(FSDPSKIP_MESSAGE_PENDING, pending_line(site));
   if (stats[Counter::storages_skipped] && !stats.loading_ended)
@@ -55,40 +102,121 @@ void finish() {
   }
 }
 
+// Every callback runs inside `guarded`: nothing unwinds out of the plugin
+// into the preload (which has no C++ runtime) or torch's frames between
+// them. A failure (an allocation) is counted, said once, and answered with
+// `failed`: the call then runs as without fsdpskip (plugin_abi.h). The
+// tracker commits a storage's state only once nothing more can fail, so an
+// answer of failure never leaves a storage skipped but unaccounted.
+template <typename Body, typename Result = std::invoke_result_t<Body>>
+Result guarded(const char* callback, Result failed, Body&& body) noexcept {
+  try {
+    FaultPoint fault(callback);
+    return body();
+  } catch (const std::exception& error) {
+    internal_error(callback, error.what());
+  } catch (...) {
+    internal_error(callback, "an unknown exception");
+  }
+  return failed;
+}
+
+template <typename Body>
+void guarded(const char* callback, Body&& body) noexcept {
+  guarded(callback, true, [&] { return body(), true; });
+}
+
 const fsdpskip_plugin kPlugin = {
     FSDPSKIP_PLUGIN_ABI,
-    [](fsdpskip_kernel kernel, void* self) { return Tracker::instance().decide_init(kernel, tensor(self)); },
-    [](void* self, const void* scalar) {
-      return Tracker::instance().decide_fill(tensor(self), *static_cast<const c10::Scalar*>(scalar));
+    [](fsdpskip_kernel kernel, void* self) noexcept {
+      return guarded("decide_init", FSDPSKIP_RUN, [&] { return Tracker::instance().decide_init(kernel, tensor(self)); });
     },
-    [](void* dst, const void* src) { return Tracker::instance().decide_copy(tensor(dst), tensor(src)); },
-    [](const void* self, const void* out) { return Tracker::instance().decide_chain(tensor(self), tensor(out)); },
-    [](fsdpskip_kernel kernel, const void* self, const void* other, const void* out) {
-      return Tracker::instance().decide_on_zeros(kernel, tensor(self), other, tensor(out));
+    [](void* self, const void* scalar) noexcept {
+      return guarded("decide_fill", FSDPSKIP_RUN, [&] {
+        return Tracker::instance().decide_fill(tensor(self), *static_cast<const c10::Scalar*>(scalar));
+      });
     },
-    [](fsdpskip_kernel kernel, const void* out) { Tracker::instance().zeros_produced(kernel, tensor(out)); },
-    [](const void* self, int slot) -> void* {
-      thread_local at::Tensor stand_ins[2];
-      stand_ins[slot] = at::empty({0}, tensor(self).options());
-      return &stand_ins[slot];
+    [](void* dst, const void* src) noexcept {
+      return guarded("decide_copy", FSDPSKIP_RUN, [&] { return Tracker::instance().decide_copy(tensor(dst), tensor(src)); });
     },
-    [](fsdpskip_kernel kernel, void* self) { Tracker::instance().skipped(kernel, tensor(self)); },
-    [](void* self) { Tracker::instance().zero_lazily(tensor(self)); },
-    [](fsdpskip_kernel kernel, void* self, uint64_t ns) { Tracker::instance().audited(kernel, tensor(self), ns); },
-    [](void* dst, const void* src) { Tracker::instance().copied(tensor(dst), tensor(src)); },
-    [](void* impl) { Tracker::instance().requires_grad_set(static_cast<c10::TensorImpl*>(impl)); },
-    [](void* self) { Tracker::instance().data_set(*static_cast<const at::TensorBase*>(self)); },
-    [](void* tensors) { Tracker::instance().broadcast_started(*static_cast<std::vector<at::Tensor>*>(tensors)); },
-    [](const void* buffer, size_t bytes) { Tracker::instance().received(buffer, bytes); },
-    [](bool opens_loading) {
-      Tracker::instance().set_policy(g_preload->active, g_preload->mode == FSDPSKIP_MODE_AUDIT, g_preload->log_level,
-                                     g_preload->stacks, opens_loading);
+    [](const void* self, const void* out) noexcept {
+      return guarded("decide_chain", FSDPSKIP_RUN,
+                     [&] { return Tracker::instance().decide_chain(tensor(self), tensor(out)); });
     },
-    finish,
+    [](fsdpskip_kernel kernel, const void* self, const void* other, const void* out) noexcept {
+      return guarded("decide_on_zeros", FSDPSKIP_RUN, [&] {
+        return Tracker::instance().decide_on_zeros(kernel, tensor(self), other, tensor(out));
+      });
+    },
+    [](fsdpskip_kernel kernel, const void* out) noexcept {
+      return guarded("zeros_produced", false, [&] { return Tracker::instance().zeros_produced(kernel, tensor(out)), true; });
+    },
+    [](const void* self, int slot) noexcept -> void* {
+      return guarded("stand_in_like", static_cast<void*>(nullptr), [&]() -> void* {
+        thread_local at::Tensor stand_ins[2];
+        stand_ins[slot] = at::empty({0}, tensor(self).options());
+        return &stand_ins[slot];
+      });
+    },
+    [](fsdpskip_kernel kernel, void* self) noexcept {
+      return guarded("skipped", false, [&] { return Tracker::instance().skipped(kernel, tensor(self)), true; });
+    },
+    [](void* self) noexcept {
+      return guarded("zero_lazily", false, [&] { return Tracker::instance().zero_lazily(tensor(self)), true; });
+    },
+    [](fsdpskip_kernel kernel, void* self, uint64_t ns) noexcept {
+      guarded("audited", [&] { Tracker::instance().audited(kernel, tensor(self), ns); });
+    },
+    [](void* dst, const void* src) noexcept {
+      guarded("copied", [&] { Tracker::instance().copied(tensor(dst), tensor(src)); });
+    },
+    [](void* impl) noexcept {
+      guarded("requires_grad_set",
+              [&] { Tracker::instance().requires_grad_set(static_cast<c10::TensorImpl*>(impl)); });
+    },
+    [](void* self) noexcept {
+      guarded("data_set", [&] { Tracker::instance().data_set(*static_cast<const at::TensorBase*>(self)); });
+    },
+    [](void* tensors) noexcept {
+      guarded("broadcast_started",
+              [&] { Tracker::instance().broadcast_started(*static_cast<std::vector<at::Tensor>*>(tensors)); });
+    },
+    [](const void* buffer, size_t bytes) noexcept {
+      guarded("received", [&] { Tracker::instance().received(buffer, bytes); });
+    },
+    [](const void* tensors, size_t bytes) noexcept {
+      guarded("collective_started", [&] {
+        if (tensors != nullptr)
+          for (const at::Tensor& tensor : *static_cast<const std::vector<at::Tensor>*>(tensors))
+            if (tensor.defined()) bytes += tensor.numel() * tensor.itemsize();
+        Tracker::instance().collective_started(bytes);
+      });
+    },
+    [](bool opens_loading) noexcept {
+      guarded("policy_changed", [&] {
+        Tracker::instance().set_policy(g_preload->active, g_preload->mode == FSDPSKIP_MODE_AUDIT,
+                                       g_preload->log_level, g_preload->stacks, opens_loading);
+      });
+    },
+    [] { guarded("finish", finish); },
 };
 
 }  // namespace
 }  // namespace fsdpskip
+
+#ifdef FSDPSKIP_FAULT_INJECTION
+// The plugin's own allocations (see FaultPoint).
+void* operator new(size_t size) {
+  if (fsdpskip::t_armed) {
+    fsdpskip::t_armed = false;
+    throw std::bad_alloc();
+  }
+  if (void* block = malloc(size ? size : 1)) return block;
+  throw std::bad_alloc();
+}
+void operator delete(void* block) noexcept { free(block); }
+void operator delete(void* block, size_t) noexcept { free(block); }
+#endif
 
 extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpskip_plugin_load(
     const fsdpskip_host* host) {

@@ -21,12 +21,6 @@
 namespace fsdpskip {
 namespace {
 
-// transformers 5 makes a zeros_like placeholder of every parameter and
-// buffer on non-zero ranks (a model's attention projections are often a few
-// hundred KiB); below this size an ordinary memset is cheaper than the
-// system calls.
-constexpr size_t kLazyZeroMinBytes = size_t{64} << 10;
-
 // Set while this thread runs a zero_ of the plugin's own: it is never skipped.
 thread_local bool t_zeroing = false;
 
@@ -78,9 +72,10 @@ bool contiguous_range(const at::Tensor& tensor, char** begin, size_t* bytes) {
 }  // namespace
 
 const char* kernel_name(fsdpskip_kernel kernel) {
-  static const char* const kNames[FSDPSKIP_KERNEL_COUNT] = {"normal_", "uniform_", "zero_", "fill_",
-                                                             "copy_",   "chain",    "lt",    "le",
-                                                             "gt",      "ge",       "bitwise_or", "any"};
+  // In fsdpskip_kernel's order (plugin_abi.h).
+  static const char* const kNames[] = {"normal_", "uniform_", "zero_", "fill_", "copy_",      "chain",
+                                       "lt",      "le",       "gt",    "ge",    "bitwise_or", "any"};
+  static_assert(sizeof kNames / sizeof kNames[0] == FSDPSKIP_KERNEL_COUNT, "a name for every kernel");
   return kernel >= 0 && kernel < FSDPSKIP_KERNEL_COUNT ? kNames[kernel] : "?";
 }
 
@@ -191,10 +186,17 @@ Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
     forget_locked(existing);  // a watched storage ended; a stranger has its address
   }
   bool swap = from_cpu_allocator(storage, deleter);
-  if (swap && !data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) return nullptr;
-  Record& record = records_[context];
+  // What may fail (the allocations) comes before the deleter is swapped: a
+  // failure leaves the storage as it was.
+  auto entry = records_.try_emplace(context).first;
+  Record& record = entry->second;
   record = Record{storage, swap ? deleter : nullptr, std::nullopt, role, false, false, nullptr};
-  if (!swap) record.watched.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
+  if (!swap) {
+    record.watched.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
+  } else if (!data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) {
+    records_.erase(entry);
+    return nullptr;
+  }
   tracked_.fetch_add(1);
   return &record;
 }
@@ -237,8 +239,7 @@ void Tracker::resolve_locked(Record& record, bool by_free) {
 
 bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self) {
   if (record.skipped) return false;
-  record.skipped = true;
-  pending_.fetch_add(1);
+  // The site is made (it allocates) before anything is committed.
   auto site = std::make_unique<SkipSite>();
   site->shape = shape_string(self.sizes());
   site->dtype = std::string(c10::toString(self.scalar_type()));
@@ -246,6 +247,8 @@ bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const 
   site->bytes = record.storage->nbytes();
   site->first_kernel = kernel;
   record.site = std::move(site);
+  record.skipped = true;
+  pending_.fetch_add(1);
   ++stats_[Counter::storages_skipped];
   stats_[Counter::bytes_skipped] += record.storage->nbytes();
   return true;
@@ -254,7 +257,8 @@ bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const 
 fsdpskip_verdict Tracker::traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict) {
   if (log_level_ < FSDPSKIP_LOG_TRACE) return verdict;
   if (c10::StorageImpl* storage = storage_of(tensor)) {
-    static const char* const kVerdicts[] = {"run", "skip", "audit", "run", "zero lazily", "zeros"};
+    static const char* const kVerdicts[] = {"run", "skip", "audit", "run", "zero lazily", "zeros"};  // fsdpskip_verdict's order
+    static_assert(sizeof kVerdicts / sizeof kVerdicts[0] == FSDPSKIP_VERDICT_COUNT, "a name for every verdict");
     std::string what = std::string(kernel_name(kernel)) + " -> " + kVerdicts[verdict] + ":";
     log(FSDPSKIP_MESSAGE_TRACE, what.c_str(), storage);
   }
@@ -276,12 +280,14 @@ fsdpskip_verdict Tracker::decide_fill(const at::Tensor& self, const c10::Scalar&
 bool Tracker::lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const {
   char* begin;
   size_t bytes;
-  if (audit_.load() || !contiguous_range(self, &begin, &bytes) || bytes < kLazyZeroMinBytes ||
+  if (audit_.load() || !contiguous_range(self, &begin, &bytes) || bytes < lazy_zero_threshold() ||
       !from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
     return false;
-  // Outside loading only where pages are not in memory (transformers'
-  // zeros_like placeholders of a later model); zero_lazily() then writes the
-  // resident ones. A gradient's zero_ in a training loop stays a memset.
+  // transformers 5 makes a zeros_like placeholder of every parameter and
+  // buffer on non-zero ranks (attention projections are often a few hundred
+  // KiB). Outside loading only where pages are not in memory (a later
+  // model's placeholders); zero_lazily() then writes the resident ones. A
+  // gradient's zero_ in a training loop stays a memset.
   return loading_now || !all_pages_resident(begin, bytes);
 }
 
@@ -299,7 +305,7 @@ fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zero
     // whose storage arrived without a new nn.Parameter.
     if (loading_now && self.requires_grad() && self.is_leaf() && tag(storage)) return skip_verdict();
   }
-  return zeroes && lazy_zero_fits(self, storage, loading_now) ? FSDPSKIP_ZERO_LAZILY : FSDPSKIP_RUN;
+  return zeroes && !training() && lazy_zero_fits(self, storage, loading_now) ? FSDPSKIP_ZERO_LAZILY : FSDPSKIP_RUN;
 }
 
 fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& src) {
@@ -394,20 +400,21 @@ void Tracker::zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out) {
   bool anonymous = from_cpu_allocator(storage, deleter);
   bool range = contiguous_range(out, &begin, &bytes);
   Zeroed zeroed;
-  if (range && anonymous && bytes >= kLazyZeroMinBytes) {
+  if (range && anonymous && bytes >= lazy_zero_threshold()) {
     zeroed = zero_range(begin, bytes, true);
   } else {
     zero_tensor(out);
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  ++stats_.calls[kernel];
-  stats_[Counter::answered_bytes_never_committed] += zeroed.released;
   // The whole storage holds zeros now: a later comparison, `|` or any() of
   // it is answered in turn.
-  if (!range || !anonymous || out.storage_offset() != 0 || bytes != storage->nbytes()) return;
-  Record* record = find_locked(storage);
-  if (record == nullptr) record = track_locked(storage, Role::kDerived);
-  if (record != nullptr && record->role != Role::kParameter) set_zeros_locked(*record, loading());
+  if (range && anonymous && out.storage_offset() == 0 && bytes == storage->nbytes()) {
+    Record* record = find_locked(storage);
+    if (record == nullptr) record = track_locked(storage, Role::kDerived);  // may fail: then the kernel runs
+    if (record != nullptr && record->role != Role::kParameter) set_zeros_locked(*record, loading());
+  }
+  ++stats_.calls[kernel];
+  stats_[Counter::answered_bytes_never_committed] += zeroed.released;
 }
 
 void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
@@ -419,10 +426,10 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
     std::lock_guard<std::mutex> lock(mutex_);
     Record* record = find_locked(storage);
     if (record != nullptr && record->role == Role::kParameter) {
+      first = mark_skipped_locked(*record, kernel, self);  // may fail: then nothing is committed
       tagged = true;
       deleter = original_deleter(record, storage);
       ++stats_.calls[kernel];
-      first = mark_skipped_locked(*record, kernel, self);
     }
   }
   // Its record went between the verdict and now (the policy changed on
@@ -484,10 +491,14 @@ void Tracker::record_skip_stack(c10::StorageImpl* storage) {
   // A forked child never reports; and its unwinder could wait on the linker's
   // lock, copied as held if a parent thread was unwinding at the fork.
   if (forked_child_) return;
-  SkipStack stack = capture_skip_stack(stacks_.load());
-  std::lock_guard<std::mutex> lock(mutex_);
-  // Resolved or freed meanwhile (another thread): its site no longer matters.
-  if (Record* record = find_locked(storage); record && record->site) record->site->stack = std::move(stack);
+  try {
+    SkipStack stack = capture_skip_stack(stacks_.load());
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Resolved or freed meanwhile (another thread): its site no longer matters.
+    if (Record* record = find_locked(storage); record && record->site) record->site->stack = std::move(stack);
+  } catch (const std::exception&) {
+    // The skip is recorded already: its site goes without a stack.
+  }
 }
 
 void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
@@ -518,6 +529,7 @@ void Tracker::data_set(const at::TensorBase& self) {
 
 void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
   bool track_received = loading() || pending_.load() != 0;
+  if (!track_received) return;  // training's broadcasts (DDP's buffers): nothing left to resolve
   {
     std::lock_guard<std::mutex> lock(mutex_);
     sweep_ended_locked();
@@ -525,15 +537,30 @@ void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
       c10::StorageImpl* storage = storage_of(tensor);
       if (storage == nullptr) continue;
       if (Record* record = find_locked(storage)) resolve_locked(*record, false);
-      else if (track_received) track_locked(storage, Role::kReceived);
+      else track_locked(storage, Role::kReceived);
     }
-    end_loading_locked();
+    end_loading_locked(true);
   }
 }
 
-void Tracker::end_loading_locked() {
+void Tracker::collective_started(size_t bytes) {
+  if (bytes < kTrainingCollectiveBytes || training()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (training_.exchange(true)) return;
+  bool was_loading = loading() && tagged_any_.load();
+  end_loading_locked(false);
+  size_t pending = pending_.load();
+  if (!was_loading || stats_.loading_ended || pending == 0 || say_ == nullptr) return;
+  char line[320];
+  snprintf(line, sizeof line, "training began (a collective of %zu bytes) before any broadcast from rank 0 was seen: "
+           "%zu skipped storages stay pending; this rank trains on zeros where it should hold rank 0's values",
+           bytes, pending);
+  say_(FSDPSKIP_MESSAGE_WARNING, line);
+}
+
+void Tracker::end_loading_locked(bool by_rank0_data) {
   if (!tagged_any_.load() || !loading_.exchange(false)) return;
-  stats_.loading_ended = true;
+  if (by_rank0_data) stats_.loading_ended = true;
   // Comparisons are answered from known zeros only while loading: a write
   // fsdpskip does not see (index_put_, numpy) cannot mislead a later phase.
   if (zeros_known_.load() != 0)
@@ -552,7 +579,7 @@ void Tracker::received(const void* buffer, size_t bytes) {
       if (record.role == Role::kParameter && data >= begin && data + record.storage->nbytes() <= end)
         resolve_locked(record, false);
     }
-  end_loading_locked();
+  end_loading_locked(true);
 }
 
 c10::DeleterFnPtr Tracker::forget(void* context) {

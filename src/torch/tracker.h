@@ -98,6 +98,13 @@ class Tracker {
   // A receive into raw memory (NCCL's C API): skipped storages lying wholly
   // inside [buffer, buffer + bytes) are resolved.
   void received(const void* buffer, size_t bytes);
+  // One of training's collectives writing `bytes` (an all-reduce, a
+  // reduce-scatter): the first one of at least kTrainingCollectiveBytes ends
+  // the loading phase, and from then on a zero_ is never done lazily (a
+  // gradient's zero stays a memset, without a system call).
+  void collective_started(size_t bytes);
+  static constexpr size_t kTrainingCollectiveBytes = 1024;
+  bool training() const { return training_.load(std::memory_order_relaxed); }
 
   // Tags `storage` as a parameter's placeholder, if the loading phase lasts
   // and it can be tracked (it has a deleter and a context of its own).
@@ -139,8 +146,9 @@ class Tracker {
   c10::DeleterFnPtr original_deleter(const Record* record, c10::StorageImpl* storage) const;
   Record* track_locked(c10::StorageImpl* storage, Role role);
   void resolve_locked(Record& record, bool by_free);
-  // Rank 0's data starts to arrive: no new parameter is a placeholder.
-  void end_loading_locked();
+  // No new parameter is a placeholder from here on: rank 0's data started to
+  // arrive (`by_rank0_data`), or training did.
+  void end_loading_locked(bool by_rank0_data);
   // Marks the first skip of a record; returns true when it was the first.
   bool mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self);
   // After a first skip, outside the lock: where it came from, into its site.
@@ -171,6 +179,7 @@ class Tracker {
   std::atomic<size_t> pending_{0};
   std::atomic<size_t> zeros_known_{0};  // records whose zeros is set
   std::atomic<bool> loading_{true};
+  std::atomic<bool> training_{false};
   std::atomic<bool> tagged_any_{false};
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> enabled_{true};

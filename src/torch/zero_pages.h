@@ -1,9 +1,18 @@
 // Making skipped memory read as zeros without committing it.
+//
+// Every range is cut into pages of `page` bytes: whole pages inside it are
+// released, the partial first and last ones written. `page` is the system's
+// (4 KiB on most x86-64 kernels, often 64 KiB on Grace's aarch64 kernels)
+// unless a caller names another multiple of it: the unit tests run the same
+// arithmetic with 4 KiB and 64 KiB pages on whichever kernel they have.
 #pragma once
 
 #include <cstddef>
 
 namespace fsdpskip {
+
+// The kernel's page size (sysconf).
+size_t system_page_size();
 
 struct Zeroed {
   size_t released = 0;  // whole pages handed back with MADV_DONTNEED
@@ -13,15 +22,21 @@ struct Zeroed {
 // Makes [data, data + bytes) read as zeros. `private_anonymous` says the
 // range is private anonymous memory (the CPU allocator's): only then are its
 // whole pages released; otherwise every byte is written.
-Zeroed zero_range(void* data, size_t bytes, bool private_anonymous);
+Zeroed zero_range(void* data, size_t bytes, bool private_anonymous, size_t page = system_page_size());
 
 // True when every whole page inside [data, data + bytes) is in memory
 // (mincore): a range in use, such as a gradient zeroed every step.
-bool all_pages_resident(const void* data, size_t bytes);
+bool all_pages_resident(const void* data, size_t bytes, size_t page = system_page_size());
 
 // zero_range for the CPU allocator's memory outside a loading phase: pages in
 // memory are written (they are in use: releasing them would only make the
 // next write fault them in again), the others released. Commits nothing.
-Zeroed zero_unresident(void* data, size_t bytes);
+Zeroed zero_unresident(void* data, size_t bytes, size_t page = system_page_size());
+
+// The least zero_ done by releasing pages: below it a memset costs less than
+// the system calls. 64 KiB, or two pages where pages are larger (with 64 KiB
+// pages, a range of 64 KiB rarely holds a whole page; one of 128 KiB always
+// holds one).
+size_t lazy_zero_threshold(size_t page = system_page_size());
 
 }  // namespace fsdpskip

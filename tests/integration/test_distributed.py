@@ -63,6 +63,32 @@ def test_rank1_skips_then_holds_rank0_values(tmp_path, style, sync):
         assert re.search(r"normal_ \d+", line), line
 
 
+def test_a_barrier_before_the_sync_does_not_end_the_loading(tmp_path):
+    """A one-element all-reduce (NCCL's barrier, accelerate's
+    wait_for_everyone) before DDP's sync is not training: the sync still
+    resolves every skipped storage, and training afterwards is the same as
+    without fsdpskip."""
+    args = ("--size", "tiny", "--style", "hf4", "--sync", "ddp", "--barrier-before-sync", "--train", "3", "--verify")
+    done, ranks = job(tmp_path, *args, FSDPSKIP="on")
+    assert_synced(ranks)
+    line = summary(done)
+    assert counts(line)["pending"] == 0 and counts(line)["overwrite"] > 0, line
+    assert not any("training began" in l for l in rank_lines(done, 1)), rank_lines(done, 1)
+    _, plain = job(tmp_path, *args, preload=False)
+    assert [r["losses"] for r in ranks] == [r["losses"] for r in plain]
+
+
+def test_training_before_any_broadcast_ends_the_loading_and_says_so(tmp_path):
+    """No sync at all: the first gradient all-reduce ends the loading phase,
+    with one warning naming the storages still pending; they stay pending."""
+    done, ranks = job(tmp_path, "--size", "tiny", "--style", "hf4", "--sync", "none", "--train", "2", "--hold",
+                      FSDPSKIP="on")
+    warnings = [l for l in rank_lines(done, 1) if "training began" in l]
+    assert len(warnings) == 1 and "before any broadcast from rank 0 was seen" in warnings[0], rank_lines(done, 1)
+    pending = counts(summary(done))["pending"]
+    assert pending > 0 and "%d skipped storages stay pending" % pending in warnings[0], warnings
+
+
 @measures_memory
 def test_rank1_builds_without_committing_the_model(tmp_path):
     """0.1B parameters (423 MB fp32): rank 1's RSS growth while building is a

@@ -6,6 +6,7 @@ output are the same, fsdpskip neither crashes nor hangs, and a report is
 complete or absent, never a half-written file under its name."""
 import json
 import os
+import re
 import signal
 import subprocess
 import textwrap
@@ -229,3 +230,38 @@ def test_a_child_forked_while_a_thread_holds_the_linkers_lock_calls_into_torch(v
     preloaded = run([PYTHON, "-c", FORK_UNDER_THE_LINKERS_LOCK], **variables)
     assert plain.stdout == "child exit status 0\n", plain.stdout + plain.stderr
     assert preloaded.stdout == plain.stdout and preloaded.returncode == 0, preloaded.stdout + preloaded.stderr
+
+
+# A failure inside the plugin (an allocation) injected into one callback
+# (the fault-injection build of the plugin, FSDPSKIP_INJECT_FAULT): nothing
+# unwinds into torch, one line names it, and the calls it touched run as
+# without fsdpskip. The decisions fail as they start: every init then runs;
+# `stand_in_like`, likewise, after the verdict to skip; `skipped:allocation`
+# at its first allocation, after the stand-in ran: the init then runs on the
+# parameter itself; `zero_lazily` after a lazy zero's stand-in; and
+# `zeros_produced:allocation` after a comparison was answered: the
+# comparison then runs.
+@pytest.mark.parametrize("fault, scenario, expected", [
+    ("decide_init,decide_fill", "hf_init_weights", "plain"),
+    ("stand_in_like", "hf_init_weights", "plain"),
+    ("skipped:allocation", "hf_init_weights", "plain"),
+    ("zero_lazily", "not_parameters", "plain"),
+    ("zeros_produced:allocation", "rejection_sampling", "active"),
+])
+def test_a_callback_that_fails_inside_leaves_the_call_as_without_fsdpskip(fault, scenario, expected):
+    from harness import SCENARIOS, fsdpskip_lines, scenario as run_scenario
+    plain, _ = run_scenario(scenario, preload=False)
+    active, active_done = run_scenario(scenario, **ACTIVE)
+    faulty, done = run_scenario(scenario, FSDPSKIP_PLUGIN=os.environ["FSDPSKIP_FAULTS_PLUGIN"],
+                                FSDPSKIP_INJECT_FAULT=fault, **ACTIVE)
+    assert faulty == (plain if expected == "plain" else active), (faulty, plain, active)
+    callback = fault.split(":")[0].split(",")[0]
+    errors = [line for line in fsdpskip_lines(done.stderr) if "internal error" in line and "error:" in line]
+    assert len(errors) == 1 and "internal error in %s (std::bad_alloc)" % callback in errors[0], done.stderr
+    summary = [line for line in fsdpskip_lines(done.stderr) if "internal errors" in line]
+    assert len(summary) == 1 and re.search(r"; [1-9]\d* internal errors", summary[0]), done.stderr
+    # Nothing left skipped but unaccounted: what is pending is what the run
+    # without the fault leaves pending (its never-synced parameters), or nothing.
+    pending = int(re.search(r"pending (\d+)", summary[0]).group(1))
+    usual = re.search(r"pending (\d+)", active_done.stderr)
+    assert pending == (0 if scenario == "hf_init_weights" else int(usual.group(1))), (summary, active_done.stderr)

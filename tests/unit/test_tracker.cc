@@ -88,6 +88,14 @@ TEST(Tracker, TagDiesWithItsStorageEvenWhenTheAddressRepeats) {
       keep.push_back(t);
     }
   }
+#ifdef FSDPSKIP_EMULATED
+  // qemu-user chooses a guest mapping's address itself, above its last one:
+  // a 64 MiB range munmapped is not handed out again (the kernel's mmap
+  // reuses it), and glibc's memalign splits a 16 KiB chunk so that the heap
+  // rarely gives the same address back either (not seen in 100 tries, on
+  // x86-64 alike). Measured in the arm64 root; on hardware the test holds.
+  if (repeats == 0) GTEST_SKIP() << "no address was reused under qemu-user (its mmap never reuses a range at once)";
+#endif
   EXPECT_GE(repeats, 1) << "the allocator never reused an address; the test proves nothing";
 }
 
@@ -371,11 +379,13 @@ TEST(Tracker, ForkedChildCanUseTheTableWhileParentThreadsHeldIt) {
   });
   int failed_status = 0;
   for (int i = 0; i < 20 && failed_status == 0; ++i) {
+    // The child's tensor is made before the fork: a child that calls
+    // torch::empty while another parent thread was inside it can hang in
+    // torch itself (a plain LibTorch program, no fsdpskip: 1 child in 200
+    // here, 1 in 60 under qemu-user). The child uses fsdpskip's table alone.
+    at::Tensor p = torch::empty({8});
     pid_t child = fork();
-    if (child == 0) {
-      at::Tensor p = torch::empty({8});
-      _exit(tracker().tag(storage(p)) && tracker().is_tagged(storage(p)) ? 0 : 1);
-    }
+    if (child == 0) _exit(tracker().tag(storage(p)) && tracker().is_tagged(storage(p)) ? 0 : 1);
     int status = child_status(child);
     if (!(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)) failed_status = status ? status : -1;
   }

@@ -80,6 +80,11 @@ class Model(nn.Module):
         if style == "torch":
             nn.init.ones_(self.norm)
 
+    def forward(self):
+        """A loss over every parameter (--train): what matters is that each
+        one gets a gradient, which DDP all-reduces."""
+        return sum((p.float() * p.float()).sum() for p in self.parameters())
+
 
 def init_weights(model, style, std=0.02):
     """transformers-4 `_init_weights` on `.data`, or ViT-style trunc_normal_."""
@@ -176,6 +181,25 @@ def fsdp2_sync(model, mesh):
     model.load_state_dict(sharded, assign=True)
 
 
+def train(model, steps, wrapped):
+    """`steps` SGD steps with zero_grad(set_to_none=False), as a training
+    loop runs them: DDP all-reduces the gradients (`wrapped`), or they are
+    all-reduced by hand. Returns the losses."""
+    net = nn.parallel.DistributedDataParallel(model) if wrapped else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=False)
+        loss = net()
+        loss.backward()
+        if not wrapped:
+            for param in model.parameters():
+                dist.all_reduce(param.grad)
+        optimizer.step()
+        losses.append(float(loss))
+    return losses
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size", choices=SIZES, default="tiny")
@@ -186,6 +210,12 @@ def main():
     parser.add_argument("--out", required=True, help="directory for rank<N>.json")
     parser.add_argument("--verify", action="store_true", help="hash every parameter and compare across ranks")
     parser.add_argument("--hold", action="store_true", help="keep the model alive until the process exits")
+    parser.add_argument("--barrier-before-sync", action="store_true",
+                        help="a one-element all-reduce before the sync, as NCCL's barrier and accelerate's "
+                             "wait_for_everyone are")
+    parser.add_argument("--train", type=int, default=0, metavar="STEPS",
+                        help="SGD steps after the sync: DDP's gradient all-reduce (with --sync none, all-reduces "
+                             "of the gradients by hand)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -212,6 +242,8 @@ def main():
     # rank 0's data arriving).
     truth = [{name: digest(p) for name, p in model.named_parameters()} if rank == 0 and args.verify else None]
 
+    if args.barrier_before_sync:
+        dist.all_reduce(torch.zeros(1))
     model = sync(model, args.sync, mesh)
     result = {
         "rank": rank,
@@ -241,6 +273,8 @@ def main():
         dist.all_gather_object(late_digests, digest(late.weight))
         result["late_layer_equal"] = all(d == late_digests[0] for d in late_digests)
         result["late_layer_nonzero"] = bool(late.weight.abs().sum() > 0)
+    if args.train:
+        result["losses"] = train(model, args.train, wrapped=args.sync == "ddp")
     if args.hold:
         HELD.append(model)
     with open(os.path.join(args.out, "rank%d.json" % rank), "w") as out:
