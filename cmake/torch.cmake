@@ -54,25 +54,69 @@ else()
 endif()
 
 # The exact libtorch_cpu.so this build links: its GNU build-id is what the
-# preload compares with the loaded one before it loads the plugin.
-find_library(FSDPSKIP_LIBTORCH_CPU NAMES torch_cpu HINTS ${TORCH_INSTALL_PREFIX}/lib NO_CACHE REQUIRED)
-get_filename_component(FSDPSKIP_LIBTORCH_CPU "${FSDPSKIP_LIBTORCH_CPU}" REALPATH)
-execute_process(COMMAND readelf -n "${FSDPSKIP_LIBTORCH_CPU}" OUTPUT_VARIABLE notes RESULT_VARIABLE status)
+# preload compares with the loaded one before it loads the plugin. A cross
+# build finds it under the sysroot; FSDPSKIP_LIBTORCH_CPU is where it lies
+# when the build runs (recorded in the plugin, used by the tests).
+find_library(FSDPSKIP_LIBTORCH_CPU_FILE NAMES torch_cpu HINTS ${TORCH_INSTALL_PREFIX}/lib NO_CACHE REQUIRED)
+get_filename_component(FSDPSKIP_LIBTORCH_CPU_FILE "${FSDPSKIP_LIBTORCH_CPU_FILE}" REALPATH)
+function(fsdpskip_run_time_path variable file)
+  set(path "${file}")
+  if(CMAKE_SYSROOT)
+    string(LENGTH "${CMAKE_SYSROOT}" length)
+    string(SUBSTRING "${file}" 0 ${length} prefix)
+    if(prefix STREQUAL CMAKE_SYSROOT)
+      string(SUBSTRING "${file}" ${length} -1 path)
+    endif()
+  endif()
+  set(${variable} "${path}" PARENT_SCOPE)
+endfunction()
+fsdpskip_run_time_path(FSDPSKIP_LIBTORCH_CPU "${FSDPSKIP_LIBTORCH_CPU_FILE}")
+execute_process(COMMAND readelf -n "${FSDPSKIP_LIBTORCH_CPU_FILE}" OUTPUT_VARIABLE notes RESULT_VARIABLE status)
 string(REGEX MATCH "Build ID: ([0-9a-f]+)" match "${notes}")
 if(NOT status EQUAL 0 OR NOT CMAKE_MATCH_1)
-  message(FATAL_ERROR "cannot read the GNU build-id of ${FSDPSKIP_LIBTORCH_CPU}: fsdpskip needs it to "
+  message(FATAL_ERROR "cannot read the GNU build-id of ${FSDPSKIP_LIBTORCH_CPU_FILE}: fsdpskip needs it to "
                       "recognise this torch at run time")
 endif()
 set(FSDPSKIP_TORCH_BUILD_ID ${CMAKE_MATCH_1})
+# What a plugin records of it (torch_identity.h), as a C string literal.
+set(FSDPSKIP_TORCH_IDENTITY "\"build-id=${FSDPSKIP_TORCH_BUILD_ID}\\ntorch=${Torch_VERSION}\\nlibtorch=${FSDPSKIP_LIBTORCH_CPU}\\n\"")
 message(STATUS "fsdpskip: plugin for torch ${Torch_VERSION}, ${FSDPSKIP_LIBTORCH_CPU} (build-id ${FSDPSKIP_TORCH_BUILD_ID})")
 
-# What everything here links: libtorch_cpu and libc10 with torch's headers and
-# flags, and nothing of CUDA. A CUDA build's TORCH_LIBRARIES would pull in
+# What everything here links: libtorch_cpu and libc10 with torch's headers,
+# and nothing of CUDA. A CUDA build's TORCH_LIBRARIES would pull in
 # libtorch_cuda, whose NCCL and CUDA runtime the linker must then find (PyPI's
 # wheels keep them in other wheels, found through RPATH at run time only).
 find_library(FSDPSKIP_LIBC10 NAMES c10 HINTS ${TORCH_INSTALL_PREFIX}/lib NO_CACHE REQUIRED)
-separate_arguments(FSDPSKIP_TORCH_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+
+# The C++ ABI (_GLIBCXX_USE_CXX11_ABI) libtorch was built with, read off
+# libc10's own symbols rather than a line of its CMake files: std::string and
+# std::vector<at::Tensor> cross the plugin's calls into torch, and a mismatch
+# would build, load and pass the build-id check, then corrupt memory.
+# c10::Device::str() returns a std::string: mangled with the [abi:cxx11] tag
+# exactly when libc10 was built with the new ABI (PyPI's x86-64 wheels up to
+# torch 2.6 were not).
+file(STRINGS "${FSDPSKIP_LIBC10}" abi_tags REGEX "_ZNK3c106Device3str(B5cxx11)?Ev")
+if(abi_tags MATCHES "_ZNK3c106Device3strB5cxx11Ev")
+  set(FSDPSKIP_TORCH_CXX11_ABI 1)
+elseif(abi_tags MATCHES "_ZNK3c106Device3strEv")
+  set(FSDPSKIP_TORCH_CXX11_ABI 0)
+else()
+  message(FATAL_ERROR "fsdpskip: cannot tell which C++ ABI ${FSDPSKIP_LIBC10} was built with (no "
+                      "c10::Device::str() among its symbols): the plugin must be built with the same")
+endif()
+if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=([01])" AND NOT CMAKE_MATCH_1 EQUAL FSDPSKIP_TORCH_CXX11_ABI)
+  message(FATAL_ERROR "fsdpskip: ${FSDPSKIP_LIBC10} was built with _GLIBCXX_USE_CXX11_ABI=${FSDPSKIP_TORCH_CXX11_ABI}, "
+                      "but its CMake files say ${CMAKE_MATCH_1}")
+endif()
+message(STATUS "fsdpskip: torch's C++ ABI: _GLIBCXX_USE_CXX11_ABI=${FSDPSKIP_TORCH_CXX11_ABI} (from libc10's symbols)")
+
 add_library(fsdpskip_libtorch_cpu INTERFACE)
 target_include_directories(fsdpskip_libtorch_cpu SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
-target_compile_options(fsdpskip_libtorch_cpu INTERFACE ${FSDPSKIP_TORCH_FLAGS})
-target_link_libraries(fsdpskip_libtorch_cpu INTERFACE ${FSDPSKIP_LIBTORCH_CPU} ${FSDPSKIP_LIBC10})
+target_compile_definitions(fsdpskip_libtorch_cpu INTERFACE _GLIBCXX_USE_CXX11_ABI=${FSDPSKIP_TORCH_CXX11_ABI})
+target_link_libraries(fsdpskip_libtorch_cpu INTERFACE ${FSDPSKIP_LIBTORCH_CPU_FILE} ${FSDPSKIP_LIBC10})
+# A cross build's programs run where the sysroot is /: a libtorch outside the
+# system's directories (a venv's torch/lib) is searched for where it lies then.
+get_filename_component(directory "${FSDPSKIP_LIBTORCH_CPU}" DIRECTORY)
+if(CMAKE_SYSROOT AND NOT directory MATCHES "^/(usr/)?lib(/|64|$)")
+  target_link_options(fsdpskip_libtorch_cpu INTERFACE "-Wl,-rpath,${directory}")
+endif()

@@ -13,7 +13,21 @@ COMMAND = os.environ["FSDPSKIP_COMMAND"]  # the fsdpskip command, in the build t
 BUILD_DIR = os.environ["FSDPSKIP_BUILD_DIR"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = os.path.join(HERE, "scenarios.py")
-LIBM = "/lib/x86_64-linux-gnu/libm.so.6"  # a real library that is harmless to preload
+
+
+def system_library(name):
+    """`name` (libm.so.6, libdl.so.2) in the directory of the libc this Python
+    runs on: the system's own layout (/lib/<multiarch triplet>/ on Debian),
+    not a path written out for one architecture."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            if os.path.basename(path).startswith("libc.so"):
+                return os.path.join(os.path.dirname(path), name)
+    raise RuntimeError("no libc.so is mapped in this process")
+
+
+LIBM = system_library("libm.so.6")  # a real library that is harmless to preload
 LOAD_MODEL = os.path.join(SOURCE_DIR, "tools", "workloads", "load_model.py")
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "workloads"))
 import launch  # noqa: E402
@@ -79,6 +93,31 @@ def rank_lines(done, rank):
     [default<rank>]:, to the agent's stdout and stderr."""
     prefix = "[default%d]:" % rank
     return [line[len(prefix):] for line in (done.stdout + done.stderr).splitlines() if line.startswith(prefix)]
+
+
+# ELF e_machine: the other of the two architectures fsdpskip supports.
+EM_X86_64, EM_AARCH64 = 62, 183
+MACHINE_NAMES = {EM_X86_64: "x86-64", EM_AARCH64: "AArch64"}
+
+
+def elf_machine(path):
+    with open(path, "rb") as f:
+        header = f.read(20)
+    return int.from_bytes(header[18:20], "little")
+
+
+def other_architecture_copy(source, destination):
+    """A copy of the ELF file `source` that says it is for the other
+    architecture (e_machine patched): what an aarch64 plugin or libtorch
+    looks like on x86-64, and the reverse. Returns (destination, its
+    architecture's name, this one's)."""
+    shutil.copy(source, destination)
+    here = elf_machine(source)
+    other = EM_AARCH64 if here == EM_X86_64 else EM_X86_64
+    with open(destination, "r+b") as f:
+        f.seek(18)
+        f.write(other.to_bytes(2, "little"))
+    return str(destination), MACHINE_NAMES[other], MACHINE_NAMES[here]
 
 
 def foreign_plugin(directory):

@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from harness import PLUGIN, PYTHON, SCENARIOS, foreign_plugin, fsdpskip_lines, run, said_by_fsdpskip
+from harness import (PLUGIN, PYTHON, SCENARIOS, foreign_plugin, fsdpskip_lines, other_architecture_copy, run,
+                     said_by_fsdpskip)
 
 
 def plain_output():
@@ -59,6 +60,16 @@ def test_file_that_is_not_a_plugin_is_refused(tmp_path, contents):
     done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_PLUGIN=str(bogus))
     assert done.returncode == 0 and done.stdout == plain_output()
     assert len(fsdpskip_lines(done.stderr)) == 1 and "is not a fsdpskip torch plugin" in done.stderr
+
+
+def test_plugin_of_another_architecture_is_refused_before_loading(tmp_path):
+    """An aarch64 plugin on x86-64 (a shared install, a copied cache), or
+    the reverse: one line naming both architectures, never dlopen'd."""
+    plugin, other, here = other_architecture_copy(PLUGIN, tmp_path / "libfsdpskip_torch.so")
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", FSDPSKIP_PLUGIN=plugin)
+    assert done.returncode == 0 and done.stdout == plain_output()
+    lines = fsdpskip_lines(done.stderr)
+    assert len(lines) == 1 and "%s is built for %s; this fsdpskip runs on %s" % (plugin, other, here) in lines[0], lines
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device"])

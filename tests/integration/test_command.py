@@ -9,9 +9,8 @@ import subprocess
 
 import pytest
 
-from harness import (BUILD_DIR, COMMAND, LIBM, LOAD_MODEL, PRELOAD, PYTHON, SCENARIOS, foreign_plugin, rank_lines,
-                     summary_lines,
-                     run, torchrun)
+from harness import (BUILD_DIR, COMMAND, LIBM, LOAD_MODEL, PRELOAD, PYTHON, SCENARIOS, foreign_plugin,
+                     other_architecture_copy, rank_lines, run, summary_lines, torchrun)
 
 
 def fsdpskip(*args, command=COMMAND, **variables):
@@ -165,11 +164,24 @@ def test_doctor_passes_this_torch_with_every_probe(tmp_path):
     assert sum(c["status"] == "ok" for c in symbols) >= 9
     assert all(c["status"] != "FAIL" for c in symbols)
     assert checks["plugin"]["status"] == "ok"
+    # The platform row, from the running system; the plugin's architecture, from its file.
+    import platform
+    import resource
+    here = {"x86_64": "x86-64", "aarch64": "AArch64"}[platform.machine()]
+    page = resource.getpagesize()
+    assert result["platform"]["architecture"] == here and result["platform"]["page_size"] == page, result["platform"]
+    assert result["platform"]["glibc"] == platform.libc_ver()[1], result["platform"]
+    assert checks["platform"]["detail"] == "%s (kernel %s), %d KiB pages, glibc %s" % (
+        here, platform.machine(), page >> 10, platform.libc_ver()[1]), checks["platform"]
+    assert checks["plugin"]["detail"].endswith(", %s)" % here), checks["plugin"]
+    # The C++ ABI, as torch itself says it.
+    abi = "cxx11 ABI (_GLIBCXX_USE_CXX11_ABI=1)" if torch.compiled_with_cxx11_abi() else "pre-cxx11 ABI"
+    assert checks["C++ ABI"]["status"] == "ok" and abi in checks["C++ ABI"]["detail"], checks["C++ ABI"]
     # A CUDA build (PyPI's wheels): ProcessGroupNCCL and NCCL's C API are
     # reached through libtorch_cuda's relocations too.
     nccl = {name: c["status"] for name, c in checks.items()
             if name.startswith("symbol ") and ("NCCL" in name or " nccl" in name)}
-    assert len(nccl) == 4, checks.keys()
+    assert len(nccl) == 6, checks.keys()
     if torch.cuda.is_available() or torch.version.cuda:
         assert set(nccl.values()) == {"ok"}, nccl
     else:
@@ -193,13 +205,15 @@ def test_doctor_names_a_plugin_built_for_another_torch(tmp_path):
 ])
 def test_doctor_without_a_torch_says_so(python, needle):
     status, result = doctor_json("--python", python)
-    assert status == 1 and needle in result["checks"][0]["detail"]
+    torch = next(c for c in result["checks"] if c["check"] == "torch")
+    assert status == 1 and torch["status"] == "FAIL" and needle in torch["detail"], result["checks"]
 
 
-@pytest.mark.parametrize("kind", ["truncated", "fifo", "not_elf"])
+@pytest.mark.parametrize("kind", ["truncated", "fifo", "not_elf", "other_architecture"])
 def test_doctor_on_a_broken_libtorch_fails_cleanly(tmp_path, kind):
     """The command reads ELF files itself: a cut copy, a FIFO (never waited
-    on) or a text file named libtorch_cpu.so is a FAIL row, not a crash or a hang."""
+    on), a text file named libtorch_cpu.so or a library of the other
+    architecture is a FAIL row, not a crash or a hang."""
     lib = tmp_path / "lib"
     lib.mkdir()
     target = lib / "libtorch_cpu.so"
@@ -208,12 +222,17 @@ def test_doctor_on_a_broken_libtorch_fails_cleanly(tmp_path, kind):
             target.write_bytes(f.read(1 << 16))
     elif kind == "fifo":
         os.mkfifo(str(target))
+    elif kind == "other_architecture":
+        _, other, here = other_architecture_copy(os.path.join(BUILD_DIR, "fixtures", "plt", "lib", "libtorch_cpu.so"),
+                                                 target)
     else:
         target.write_text("not an ELF file")
     status, result = doctor_json("--libtorch", str(tmp_path))
     failed = [c for c in result["checks"] if c["status"] == "FAIL"]
     assert status == 1 and result["verdict"] == "fail" and failed, result
     assert any("reading libtorch_cpu" in c["check"] or "plugin" in c["check"] for c in failed), failed
+    if kind == "other_architecture":
+        assert any("is built for %s; this fsdpskip runs on %s" % (other, here) in c["detail"] for c in failed), failed
 
 
 def libtorch_cpu():
@@ -280,13 +299,13 @@ def test_doctor_names_an_nccl_linked_in_statically():
     torch without CUDA has no NCCL at all."""
     _, static = doctor_json("--libtorch", os.path.join(BUILD_DIR, "fixtures", "static_nccl"))
     rows = [c for c in static["checks"] if c["check"].startswith("symbol nccl")]
-    assert len(rows) == 3, static["checks"]
+    assert len(rows) == 5, static["checks"]
     for row in rows:
         assert row["status"] == "n/a" and "linked into it statically" in row["detail"], row
         assert "ProcessGroupNCCL row" in row["detail"]
     _, cpu_only = doctor_json("--libtorch", os.path.join(BUILD_DIR, "fixtures", "plt"))
     rows = [c for c in cpu_only["checks"] if c["check"].startswith("symbol nccl")]
-    assert len(rows) == 3 and all(r["status"] == "n/a" and "no libnccl.so" in r["detail"] for r in rows), rows
+    assert len(rows) == 5 and all(r["status"] == "n/a" and "no libnccl.so" in r["detail"] for r in rows), rows
 
 
 # --- install ---------------------------------------------------------------

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from harness import BUILD_DIR, LIBM, LOAD_MODEL, PYTHON, SCENARIOS, SOURCE_DIR, environment
+from harness import BUILD_DIR, LIBM, LOAD_MODEL, PYTHON, SCENARIOS, SOURCE_DIR, environment, system_library
 
 LAUNCH = os.path.join(SOURCE_DIR, "tools", "workloads", "launch.py")
 VERSION = "0.1.0"
@@ -123,7 +123,7 @@ def test_two_rank_job_through_the_module(flavour, prefix, tmp_path):
     assert done.stdout.strip().endswith("after: unset gone")
 
 
-@pytest.mark.parametrize("previous", [None, LIBM, LIBM + " /lib/x86_64-linux-gnu/libdl.so.2"])
+@pytest.mark.parametrize("previous", [None, LIBM, LIBM + " " + system_library("libdl.so.2")])
 def test_opt_in_sets_ld_preload_and_unload_restores_it_exactly(flavour, prefix, previous):
     variables = {"LD_PRELOAD": previous} if previous is not None else {}
     done = session(flavour, prefix, """

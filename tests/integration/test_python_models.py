@@ -38,6 +38,15 @@ def test_noise_buffers_and_activations_are_bitwise_unchanged():
     assert rank1 == plain
 
 
+def test_every_row_reaches_its_real_original_unchanged():
+    """Every interposed kernel, through torch's API, inactive and active (no
+    parameter among them): the values torch computes without the preload."""
+    plain, rank0, rank1, _ = three_ways("every_row")
+    inactive, done = scenario("every_row", preload=True)
+    assert fsdpskip_lines(done.stderr) == []
+    assert inactive == plain and rank0 == plain and rank1 == plain
+
+
 def test_comparisons_of_a_skipped_parameter_are_answered_and_others_run():
     """trunc_normal_'s rejection test on rank 1: answered from the skipped
     storage's zeros (so its masks never commit pages); every result equals
