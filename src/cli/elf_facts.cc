@@ -71,7 +71,7 @@ std::optional<ElfFacts> read_elf_facts(const std::string& path, std::string* err
       case SHT_NOTE:
         if (facts.build_id.empty() && elf.contents(section, &bytes, &size)) {
           char id[129];
-          build_id_of_notes(bytes, size, id, sizeof id);
+          build_id_of_notes(bytes, size, id, sizeof id, section.sh_addralign);
           facts.build_id = id;
         }
         break;

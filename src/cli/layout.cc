@@ -3,25 +3,27 @@
 #include <limits.h>
 #include <stdlib.h>
 
-#include "plugin_search.h"
+#include <cstdio>
+
+#include "../common/install_layout.h"
 
 namespace fsdpskip::cli {
 
 Layout installed_layout() {
-  char self[PATH_MAX];
-  std::string root = realpath("/proc/self/exe", self) ? self : "";
-  for (int level = 0; level < 2; ++level) root = root.substr(0, root.rfind('/'));  // drop /bin/fsdpskip
-  if (root.empty()) root = "/";
-  std::string preload = root + "/lib/libfsdpskip.so";
-  char plugins[PATH_MAX];
-  install_plugin_directory(preload.c_str(), plugins, sizeof plugins);
+  char self[PATH_MAX], root[PATH_MAX];
+  if (!realpath("/proc/self/exe", self) || !install_root(self, InstallPart::kCommand, root, sizeof root))
+    snprintf(root, sizeof root, "/");
+  auto part = [&](InstallPart which) {
+    char path[PATH_MAX];
+    return install_path(root, which, path, sizeof path) ? std::string(path) : std::string();
+  };
   return Layout{root,
-                preload,
-                root + "/lib/" + kPluginFileName,
-                plugins,
-                root + "/share/fsdpskip/src",
-                root + "/libexec/fsdpskip/fsdpskip-probe",
-                root + "/share/fsdpskip/probe.py"};
+                part(InstallPart::kPreload),
+                part(InstallPart::kPlugin),
+                part(InstallPart::kPlugins),
+                part(InstallPart::kSources),
+                part(InstallPart::kCppProbe),
+                part(InstallPart::kPythonProbe)};
 }
 
 }  // namespace fsdpskip::cli

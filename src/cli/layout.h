@@ -1,11 +1,6 @@
-// Where the parts of an installation are, relative to the `fsdpskip`
-// executable itself: the tree can be moved as a whole (the build tree has the
-// same shape as an installed one).
-//   <root>/bin/fsdpskip
-//   <root>/lib/libfsdpskip.so, <root>/lib/libfsdpskip_torch.so
-//   <root>/lib/fsdpskip/plugins/<build-id>/libfsdpskip_torch.so
-//   <root>/libexec/fsdpskip/fsdpskip-probe, <root>/share/fsdpskip/probe.py
-//   <root>/share/fsdpskip/src: the sources `fsdpskip plugin build` builds
+// Where the parts of an installation are (../common/install_layout.h),
+// found from the `fsdpskip` executable itself: the tree can be moved as a
+// whole (the build tree has the same shape as an installed one).
 #pragma once
 
 #include <string>

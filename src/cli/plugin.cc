@@ -15,6 +15,7 @@
 #include "../common/options_table.h"
 #include "../common/plugin_abi.h"
 #include "../common/torch_identity.h"
+#include "../common/install_layout.h"
 #include "elf_facts.h"
 #include "json_fields.h"
 #include "plugin_search.h"
@@ -27,10 +28,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-uid_t install_owner(const Layout& layout) {
-  struct stat status;
-  return stat(layout.preload.c_str(), &status) == 0 ? status.st_uid : 0;
-}
 
 std::string cache_directory() {
   char directory[PATH_MAX];
@@ -118,7 +115,7 @@ Listed describe(PluginPlace place, const std::string& path, const std::string& e
 }
 
 std::vector<Listed> every_plugin(const Layout& layout) {
-  uid_t owner = install_owner(layout);
+  uid_t owner = install_owner(layout.preload.c_str());
   std::vector<Listed> rows;
   std::error_code failure;
   if (fs::exists(layout.plugin, failure)) rows.push_back(describe(PluginPlace::kBeside, layout.plugin, "", owner));
@@ -144,7 +141,7 @@ PluginChoice find_plugin(const Layout& layout, const std::string& build_id) {
   int count = plugin_candidates(getenv(option_of(OptionRole::kPlugin).name), layout.preload.c_str(),
                                 cache_directory().c_str(), build_id.c_str(), candidates);
   for (int i = 0; i < count; ++i) {
-    PluginExamination examined = examine_plugin(candidates[i].path, build_id.c_str(), install_owner(layout));
+    PluginExamination examined = examine_plugin(candidates[i].path, build_id.c_str(), install_owner(layout.preload.c_str()));
     std::string place = plugin_place_name(candidates[i].place);
     if (examined.verdict == PluginVerdict::kMatch)
       return choice.path = candidates[i].path, choice.place = place, choice.torch = examined.torch, choice;
@@ -201,7 +198,7 @@ int plugin_build(const PluginBuildOptions& options) {
   if (!place_plugin(build + "/lib/" + kPluginFileName, directory, &error))
     return fprintf(stderr, "fsdpskip plugin build: %s\n", error.c_str()), 1;
   std::string placed = directory + "/" + kPluginFileName;
-  PluginExamination examined = examine_plugin(placed.c_str(), facts->build_id.c_str(), install_owner(layout));
+  PluginExamination examined = examine_plugin(placed.c_str(), facts->build_id.c_str(), install_owner(layout.preload.c_str()));
   if (examined.verdict != PluginVerdict::kMatch)
     return fprintf(stderr, "fsdpskip plugin build: built, but the preload would not load it: %s\n",
                    examined.detail), 1;

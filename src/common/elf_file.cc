@@ -10,12 +10,6 @@
 #include "torch_identity.h"
 
 namespace fsdpskip {
-namespace {
-
-size_t align4(size_t n) { return (n + 3) & ~size_t{3}; }
-
-}  // namespace
-
 const char* machine_name(uint16_t machine, char* out, size_t out_size) {
   switch (machine) {
     case EM_X86_64: snprintf(out, out_size, "x86-64"); break;
@@ -94,6 +88,19 @@ void ElfFile::check_headers() {
     return;
   }
   machine_ = header.e_machine;
+  // The program headers, where they lie inside the file (a file whose
+  // headers were moved, as patchelf moves them, has them at its end).
+  if (header.e_phoff != 0 && header.e_phentsize == sizeof(Elf64_Phdr) && header.e_phoff <= size_ &&
+      header.e_phnum <= (size_ - header.e_phoff) / sizeof(Elf64_Phdr)) {
+    program_table_ = header.e_phoff;
+    program_count_ = header.e_phnum;
+  }
+}
+
+bool ElfFile::program_header(size_t index, Elf64_Phdr* out) const {
+  if (index >= program_count_) return false;
+  memcpy(out, file_ + program_table_ + index * sizeof *out, sizeof *out);
+  return true;
 }
 
 const char* ElfFile::problem_here() {
@@ -151,21 +158,21 @@ bool ElfFile::section_text(const char* name, char* out, size_t out_size) const {
   return true;
 }
 
-void build_id_of_notes(const char* notes, size_t size, char* out, size_t out_size) {
+void build_id_of_notes(const char* notes, size_t size, char* out, size_t out_size, size_t alignment) {
   if (out_size) out[0] = '\0';
   for (size_t at = 0; sizeof(Elf64_Nhdr) <= size - at;) {
     Elf64_Nhdr note;
     memcpy(&note, notes + at, sizeof note);
     size_t name = at + sizeof note;
     if (note.n_namesz > size - name) return;
-    size_t description = name + align4(note.n_namesz);
+    size_t description = name + note_padded(note.n_namesz, alignment);
     if (description > size || note.n_descsz > size - description) return;
     if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && memcmp(notes + name, "GNU", 4) == 0) {
       hex_text(reinterpret_cast<const unsigned char*>(notes + description), note.n_descsz, out, out_size);
       return;
     }
-    if (align4(note.n_descsz) > size - description) return;
-    at = description + align4(note.n_descsz);
+    if (note_padded(note.n_descsz, alignment) > size - description) return;
+    at = description + note_padded(note.n_descsz, alignment);
   }
 }
 

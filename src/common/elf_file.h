@@ -44,6 +44,11 @@ class ElfFile {
   // "is built for AArch64; this fsdpskip runs on x86-64".
   const char* problem_here();
 
+  // Program header `index` (copied), as the file has it: where the segments
+  // lie in memory, relative to the object's base.
+  size_t program_header_count() const { return program_count_; }
+  bool program_header(size_t index, Elf64_Phdr* out) const;
+
   size_t section_count() const { return count_; }
   // Section `index`'s header (copied: a corrupt file may misalign it).
   bool section(size_t index, Elf64_Shdr* out) const;
@@ -81,13 +86,22 @@ class ElfFile {
   const char* file_ = nullptr;
   size_t size_ = 0;
   size_t section_table_ = 0, count_ = 0, names_ = 0;
+  size_t program_table_ = 0, program_count_ = 0;
   uint16_t machine_ = 0;
   char problem_[160] = "";
 };
 
 // The GNU build-id note among the notes [notes, notes + size), as lower-case
 // hex in `out`; "" when there is none. The notes may be a file's SHT_NOTE
-// section or a loaded object's PT_NOTE segment.
-void build_id_of_notes(const char* notes, size_t size, char* out, size_t out_size);
+// section or a loaded object's PT_NOTE segment; `alignment` is its own (8
+// where the notes are padded to 8 bytes, as a segment that holds aarch64's
+// .note.gnu.property is: PyPI's aarch64 torch), else 4.
+void build_id_of_notes(const char* notes, size_t size, char* out, size_t out_size, size_t alignment = 4);
+
+// The size of a note's name or description padded to `alignment` (4 or 8).
+inline size_t note_padded(size_t n, size_t alignment) {
+  size_t unit = alignment == 8 ? 8 : 4;
+  return (n + unit - 1) & ~(unit - 1);
+}
 
 }  // namespace fsdpskip

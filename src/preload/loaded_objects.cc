@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../common/elf_file.h"
 #include "../common/torch_identity.h"
 
 namespace fsdpskip {
@@ -281,34 +282,32 @@ void* look_up(const Reader& reader, const LoadedLibrary& library, const char* na
   return reinterpret_cast<void*>(address);
 }
 
-// The GNU build-id of the object mapped at `base`, from its PT_NOTE
-// segments (the ELF header and program headers lie in its first page),
-// read note by note.
-void read_build_id(const Reader& reader, uintptr_t base, char* out, size_t out_size) {
+// The GNU build-id of the object loaded from `path` at `base`: its PT_NOTE
+// segments as its file's program headers give them (the ELF header and
+// program headers need not be mapped: patchelf, which PyPI's wheels go
+// through, moves them to the end of the file), the notes read from the
+// loaded object's own memory, note by note.
+void read_build_id(const Reader& reader, const char* path, uintptr_t base, char* out, size_t out_size) {
   if (out_size) out[0] = '\0';
-  ElfW(Ehdr) header;
-  if (!reader.read(&header, base) || memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
-      header.e_phentsize != sizeof(ElfW(Phdr)))
-    return;
-  auto align4 = [](size_t n) { return (n + 3) & ~size_t{3}; };
-  for (int i = 0; i < header.e_phnum; ++i) {
-    ElfW(Phdr) segment;
-    if (!reader.read(&segment, base + header.e_phoff + i * sizeof segment)) return;
-    if (segment.p_type != PT_NOTE) continue;
+  ElfFile file(path);
+  if (file.problem() != nullptr) return;
+  for (size_t i = 0; i < file.program_header_count(); ++i) {
+    Elf64_Phdr segment;
+    if (!file.program_header(i, &segment) || segment.p_type != PT_NOTE) continue;
     for (size_t at = 0; at + sizeof(ElfW(Nhdr)) <= segment.p_memsz;) {
       ElfW(Nhdr) note;
       char name[4];
       unsigned char description[64];
       uintptr_t address = base + segment.p_vaddr + at;
       if (!reader.read(&note, address)) break;
-      size_t description_at = sizeof note + align4(note.n_namesz);
+      size_t description_at = sizeof note + note_padded(note.n_namesz, segment.p_align);
       if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && note.n_descsz <= sizeof description &&
           reader.read(name, address + sizeof note, sizeof name) && memcmp(name, "GNU", 4) == 0 &&
           reader.read(description, address + description_at, note.n_descsz)) {
         hex_text(description, note.n_descsz, out, out_size);
         return;
       }
-      at += description_at + align4(note.n_descsz);
+      at += description_at + note_padded(note.n_descsz, segment.p_align);
     }
   }
 }
@@ -367,7 +366,7 @@ bool loaded_library_identity(const char* prefix, char* path, size_t path_size, c
       while (length + 1 < path_size && reader.read(&path[length], node.name + length, 1) && path[length] != '\0')
         ++length;
       path[length] = '\0';
-      read_build_id(reader, node.base, build_id, build_id_size);
+      read_build_id(reader, path, node.base, build_id, build_id_size);
       found = true;
       return false;
     });

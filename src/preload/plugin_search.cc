@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "../common/elf_file.h"
+#include "../common/install_layout.h"
 #include "../common/plugin_abi.h"
 #include "../common/torch_identity.h"
 
@@ -159,9 +160,7 @@ const char* plugin_place_name(PluginPlace place) {
 }
 
 void install_plugin_directory(const char* preload_path, char* out, size_t out_size) {
-  const char* slash = strrchr(preload_path, '/');
-  int directory = slash ? static_cast<int>(slash - preload_path) : 1;
-  if (!print_to(out, out_size, "%.*s/fsdpskip/plugins", directory, slash ? preload_path : ".") && out_size) out[0] = '\0';
+  if (!install_path_of_preload(preload_path, InstallPart::kPlugins, out, out_size) && out_size) out[0] = '\0';
 }
 
 void cache_plugin_directory(const char* xdg_cache_home, const char* home, char* out, size_t out_size) {
@@ -178,10 +177,8 @@ int plugin_candidates(const char* variable, const char* preload_path, const char
     return print_to(out[0].path, sizeof out[0].path, "%s", variable) ? 1 : 0;
   }
   int count = 0;  // a place whose path does not fit is left out
-  const char* slash = strrchr(preload_path, '/');
-  int directory = slash ? static_cast<int>(slash - preload_path) : 1;
   out[count].place = PluginPlace::kBeside;
-  count += print_to(out[count].path, PATH_MAX, "%.*s/%s", directory, slash ? preload_path : ".", kPluginFileName);
+  count += install_path_of_preload(preload_path, InstallPart::kPlugin, out[count].path, PATH_MAX);
   char plugins[PATH_MAX];
   install_plugin_directory(preload_path, plugins, sizeof plugins);
   out[count].place = PluginPlace::kInstall;

@@ -11,6 +11,7 @@
 //      with the install (or the build tree) for the torch it was built against.
 //   3. <lib>/fsdpskip/plugins/<build-id>/libfsdpskip_torch.so: the install's
 //      plugins (`fsdpskip plugin build --system`).
+// (<lib>: the installation's lib/, ../common/install_layout.h.)
 //   4. $XDG_CACHE_HOME/fsdpskip/plugins/<build-id>/libfsdpskip_torch.so, else
 //      $HOME/.cache/…: the user's (`fsdpskip plugin build`).
 // The first file that passes examine_plugin is loaded; the others are passed

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/install_layout.h"
 #include "../common/libraries.h"
 #include "../common/torch_identity.h"
 #include "loaded_objects.h"
@@ -68,11 +69,6 @@ void remember_preload_path() {
     snprintf(g_preload_path, sizeof g_preload_path, "%s", self.dli_fname);
 }
 
-uid_t owner_of(const char* path) {
-  struct stat status;
-  return stat(path, &status) == 0 ? status.st_uid : 0;
-}
-
 // The line for a process whose torch has no plugin anywhere: where fsdpskip
 // looked, what it passed over and why, and the command that builds one.
 void say_no_plugin(const char* preload, const char* torch_path, const char* build_id, const PluginCandidate* candidates,
@@ -84,10 +80,7 @@ void say_no_plugin(const char* preload, const char* torch_path, const char* buil
     used += snprintf(looked + used, sizeof looked - used, "%s%s: %s", i ? "; " : "", plugin_place_name(candidates[i].place),
                      examined[i].verdict == PluginVerdict::kMissing ? candidates[i].path : examined[i].detail);
   static char command[PATH_MAX];  // <root>/bin/fsdpskip for <root>/lib/libfsdpskip.so
-  snprintf(command, sizeof command, "%s", preload);
-  for (int level = 0; level < 2; ++level)
-    if (char* slash = strrchr(command, '/')) *slash = '\0';
-  snprintf(command + strlen(command), sizeof command - strlen(command), "/bin/fsdpskip");
+  if (!install_path_of_preload(preload, InstallPart::kCommand, command, sizeof command)) command[0] = '\0';
   static char torch_directory[PATH_MAX];
   snprintf(torch_directory, sizeof torch_directory, "%.*s",
            static_cast<int>(strrchr(torch_path, '/') ? strrchr(torch_path, '/') - torch_path : 1), torch_path);
@@ -113,11 +106,11 @@ const fsdpskip_plugin* load_plugin() {
   memcpy(plugin_cache, g_plugin_cache, sizeof plugin_cache);
   pthread_mutex_unlock(&g_policy_lock);
   const char* preload = g_preload_path;
-  uid_t install_owner = owner_of(preload);
+  uid_t owner = install_owner(preload);
   int count = plugin_candidates(plugin_override, preload, plugin_cache, loaded_id, candidates);
   const char* path = nullptr;
   for (int i = 0; i < count && path == nullptr; ++i) {
-    examined[i] = examine_plugin(candidates[i].path, loaded_id, install_owner);
+    examined[i] = examine_plugin(candidates[i].path, loaded_id, owner);
     // The path examined, made absolute: dlopen re-resolves that very string
     // through directories only trusted users can change.
     if (examined[i].verdict == PluginVerdict::kMatch) path = examined[i].path;

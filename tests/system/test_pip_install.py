@@ -64,6 +64,12 @@ def test_fsdpskip_is_on_the_venvs_path_and_its_doctor_passes(installed):
     plugin = next(c for c in result["checks"] if c["check"] == "plugin")
     assert done.returncode == 0 and result["verdict"] == "ok", done.stdout
     assert plugin["detail"].startswith(os.path.join(os.path.dirname(VENV_BIN), "lib", "libfsdpskip_torch.so"))
+    # The plugin was built with the C++ ABI torch itself says it has (PyPI's
+    # x86-64 wheels up to 2.6: the pre-cxx11 one).
+    cxx11 = subprocess.run([PIP_PYTHON, "-c", "import torch; print(torch.compiled_with_cxx11_abi())"],
+                           capture_output=True, text=True, check=True).stdout.strip() == "True"
+    abi = next(c for c in result["checks"] if c["check"] == "C++ ABI")
+    assert ("_GLIBCXX_USE_CXX11_ABI=%d" % cxx11) in abi["detail"], abi
 
 
 def test_a_two_rank_job_through_fsdpskip_run_skips_and_syncs(installed, tmp_path):

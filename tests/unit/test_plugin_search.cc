@@ -2,6 +2,8 @@
 // loading anything: against the real plugin of this build and real files.
 #include "plugin_search.h"
 
+#include "../../src/common/install_layout.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,6 +46,29 @@ TEST(PluginSearch, OrderIsBesideThenInstallThenCache) {
   EXPECT_STREQ(found[1].path, "/opt/fsdpskip/lib/fsdpskip/plugins/abc/libfsdpskip_torch.so");
   EXPECT_EQ(found[2].place, PluginPlace::kCache);
   EXPECT_STREQ(found[2].path, "/home/u/.cache/fsdpskip/plugins/abc/libfsdpskip_torch.so");
+}
+
+TEST(InstallLayout, EveryPartLeadsBackToItsRoot) {
+  for (InstallPart part : {InstallPart::kPreload, InstallPart::kPlugin, InstallPart::kPlugins, InstallPart::kCommand,
+                           InstallPart::kCppProbe, InstallPart::kPythonProbe, InstallPart::kSources}) {
+    char path[4096], root[4096];
+    ASSERT_TRUE(install_path("/opt/fsdpskip/0.1.0", part, path, sizeof path));
+    EXPECT_EQ(std::string(path).rfind("/opt/fsdpskip/0.1.0/", 0), 0u) << path;
+    ASSERT_TRUE(install_root(path, part, root, sizeof root)) << path;
+    EXPECT_STREQ(root, "/opt/fsdpskip/0.1.0") << path;
+  }
+  char path[16];
+  EXPECT_FALSE(install_path("/a/very/long/root", InstallPart::kCommand, path, sizeof path)) << "cut: another file";
+}
+
+TEST(InstallLayout, APreloadFindsItsPluginBesideItInAnyDirectory) {
+  char path[4096];
+  ASSERT_TRUE(install_path_of_preload("/tmp/copied/libfsdpskip.so", InstallPart::kPlugin, path, sizeof path));
+  EXPECT_STREQ(path, "/tmp/copied/libfsdpskip_torch.so");
+  ASSERT_TRUE(install_path_of_preload("/opt/fs/lib/libfsdpskip.so", InstallPart::kPlugins, path, sizeof path));
+  EXPECT_STREQ(path, "/opt/fs/lib/fsdpskip/plugins");
+  ASSERT_TRUE(install_path_of_preload("/opt/fs/lib/libfsdpskip.so", InstallPart::kCommand, path, sizeof path));
+  EXPECT_STREQ(path, "/opt/fs/bin/fsdpskip");
 }
 
 TEST(PluginSearch, TheVariableIsTheOnlyPlaceWhenSet) {
