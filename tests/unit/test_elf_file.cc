@@ -57,7 +57,9 @@ TEST(ElfFile, FunctionsAreFoundInTheirLibraryAsTheLinkerFindsThem) {
   // A data symbol is no function, nor is an IFUNC's resolver (memcpy);
   // of a function with several versions (dlsym), the default one.
   EXPECT_EQ(find_function_anywhere("_r_debug"), nullptr);
+#ifndef FSDPSKIP_SANITIZED  // ASan's runtime, preloaded, defines a memcpy of its own
   EXPECT_EQ(find_function_anywhere("memcpy"), nullptr);
+#endif
   EXPECT_EQ(find_function_anywhere("fork"), dlsym(RTLD_DEFAULT, "fork"));
   EXPECT_EQ(find_function_anywhere("dlsym"), dlsym(RTLD_DEFAULT, "dlsym"));
 }
