@@ -1,6 +1,7 @@
 // libfsdpskip_torch.so: the C adapter between the preload's hook table and
 // the Tracker, and the work done at exit.
 #include <ATen/ops/empty.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -205,17 +206,18 @@ const fsdpskip_plugin kPlugin = {
 }  // namespace fsdpskip
 
 #ifdef FSDPSKIP_FAULT_INJECTION
-// The plugin's own allocations (see FaultPoint).
+// The plugin's own allocations (see FaultPoint). The block comes from the
+// process's operator new (libstdc++'s, or a sanitizer's), which every
+// operator delete pairs with: a string grown inside libstdc++ is freed by
+// code inlined here, and the other way round.
 void* operator new(size_t size) {
   if (fsdpskip::t_armed) {
     fsdpskip::t_armed = false;
     throw std::bad_alloc();
   }
-  if (void* block = malloc(size ? size : 1)) return block;
-  throw std::bad_alloc();
+  static auto* const process_new = reinterpret_cast<void* (*)(size_t)>(dlsym(RTLD_DEFAULT, "_Znwm"));
+  return process_new(size);
 }
-void operator delete(void* block) noexcept { free(block); }
-void operator delete(void* block, size_t) noexcept { free(block); }
 #endif
 
 extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpskip_plugin_load(

@@ -35,7 +35,7 @@ BASE = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": "/nonexi
         "TERM": "dumb"}
 WORKERS = 8  # most runs take milliseconds; a few wait on a terminal until their limit
 PLAIN_LIMIT = 30  # s: a plain run still going by then does not answer
-RECHECKS = 4  # more plain runs when a preloaded one differs: is the program itself steady?
+RECHECKS = 8  # more plain runs when a preloaded one differs: is the program itself steady?
 PRELOADED_LIMIT = 300  # s: a preloaded run still going by then is a hang, and a difference
 MINIMUM = 100  # fewer answering programs than this means the corpus itself went wrong
 
@@ -113,12 +113,28 @@ class Runner:
             for name, variables in (("inactive", {}), ("active", ACTIVE)):
                 preloaded = self.run(command, True, variables, PRELOADED_LIMIT)
                 if preloaded != active:
-                    differences.append("%s: plain %r, preloaded %r" % (name, active, preloaded))
+                    differences.append("%s: %s" % (name, difference(active, preloaded)))
             if differences and any(self.run(command, False, ACTIVE, PLAIN_LIMIT) != active
                                    for _ in range(RECHECKS)):
                 continue
             return argument, differences
         return None
+
+
+def difference(plain, preloaded):
+    """What differs between two runs, in one short clause."""
+    if preloaded is None:
+        return "the preloaded run was still going after %d s" % PRELOADED_LIMIT
+    clauses = []
+    if plain[0] != preloaded[0]:
+        clauses.append("status %d, preloaded %d" % (plain[0], preloaded[0]))
+    for stream, a, b in (("stdout", plain[1], preloaded[1]), ("stderr", plain[2], preloaded[2])):
+        if a != b:
+            lines_a, lines_b = a.splitlines(), b.splitlines()
+            at = next((i for i, (x, y) in enumerate(zip(lines_a, lines_b)) if x != y), min(len(lines_a), len(lines_b)))
+            line = lambda lines: lines[at][:160] if at < len(lines) else b"(ended)"
+            clauses.append("%s line %d: %r, preloaded %r" % (stream, at + 1, line(lines_a), line(lines_b)))
+    return "; ".join(clauses)
 
 
 def check_corpus():
