@@ -207,15 +207,20 @@ const fsdpskip_plugin kPlugin = {
 
 #ifdef FSDPSKIP_FAULT_INJECTION
 // The plugin's own allocations (see FaultPoint). The block comes from the
-// process's operator new (libstdc++'s, or a sanitizer's), which every
-// operator delete pairs with: a string grown inside libstdc++ is freed by
-// code inlined here, and the other way round.
+// operator new the rest of the process uses, which every operator delete
+// pairs with (a string grown inside libstdc++ is freed by code inlined
+// here, and the other way round): a sanitizer's in the global scope, else
+// the next one after the plugin's own (libstdc++'s).
 void* operator new(size_t size) {
   if (fsdpskip::t_armed) {
     fsdpskip::t_armed = false;
     throw std::bad_alloc();
   }
-  static auto* const process_new = reinterpret_cast<void* (*)(size_t)>(dlsym(RTLD_DEFAULT, "_Znwm"));
+  using New = void* (*)(size_t);
+  static const New process_new = [] {
+    auto found = reinterpret_cast<New>(dlsym(RTLD_DEFAULT, "_Znwm"));
+    return found != static_cast<New>(&::operator new) ? found : reinterpret_cast<New>(dlsym(RTLD_NEXT, "_Znwm"));
+  }();
   return process_new(size);
 }
 #endif
