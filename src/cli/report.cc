@@ -53,17 +53,23 @@ void read_report(const fs::path& path, Gathered* gathered) {
     gathered->problems.push_back(path.string() + ": not a fsdpskip report (no \"schema\": \"" + kReportSchema + "\")");
     return;
   }
-  if (integer_field(report, "schema_version", 0) != kReportSchemaVersion) {
+  int64_t version = integer_field(report, "schema_version", 0);
+  if (version < kOldestReportSchemaVersion || version > kReportSchemaVersion) {
     gathered->problems.push_back(path.string() + ": schema version " + json_text(report.value("schema_version", json())) +
-                                 ", this fsdpskip reads version " + std::to_string(kReportSchemaVersion));
+                                 ", this fsdpskip reads versions " + std::to_string(kOldestReportSchemaVersion) +
+                                 " to " + std::to_string(kReportSchemaVersion));
     return;
   }
-  // fsdpskip's own writer gives every counter: one missing or of another type
-  // is a report this command cannot vouch for.
+  // fsdpskip's own writer gives every counter of its version: one missing or
+  // of another type is a report this command cannot vouch for. A counter
+  // newer than the report reads as 0.
   for (int c = 0; c < kCounterCount; ++c) {
-    const json* value = field(report, kCounterRows.rows[c]->key);
-    if (value == nullptr || !value->is_number_unsigned()) {
-      gathered->problems.push_back(path.string() + ": \"" + kCounterRows.rows[c]->key + "\" is missing or not a count");
+    const ReportKey& row = *kCounterRows.rows[c];
+    const json* value = field(report, row.key);
+    if (value == nullptr && row.since > version) {
+      report[row.key] = 0;
+    } else if (value == nullptr || !value->is_number_unsigned()) {
+      gathered->problems.push_back(path.string() + ": \"" + row.key + "\" is missing or not a count");
       return;
     }
   }

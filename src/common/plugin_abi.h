@@ -26,10 +26,10 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 7
+#define FSDPSKIP_PLUGIN_ABI 8
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
-// As text: the plugin's identity section carries it ("abi=7"), so a plugin
+// As text: the plugin's identity section carries it ("abi=8"), so a plugin
 // of another ABI is passed over before it is loaded.
 #define FSDPSKIP_PLUGIN_ABI_TEXT FSDPSKIP_TEXT_OF(FSDPSKIP_PLUGIN_ABI)
 
@@ -124,8 +124,9 @@ typedef struct fsdpskip_plugin {
   // normal_, uniform_, zero_, fill_(Tensor) on `self` (at::Tensor*), before
   // the kernel runs: SKIP for a placeholder's init, ZERO_LAZILY for an exact
   // zero_ done without committing pages, AUDIT in audit mode, else RUN (also
-  // when it fails: every decide_* answers RUN then).
-  fsdpskip_verdict (*decide_init)(fsdpskip_kernel kernel, void* self);
+  // when it fails: every decide_* answers RUN then). `generator` is normal_'s
+  // and uniform_'s optional<at::Generator> argument, NULL for the others.
+  fsdpskip_verdict (*decide_init)(fsdpskip_kernel kernel, void* self, const void* generator);
   // fill_(self, value) with a c10::Scalar*: decide_init, where a fill with +0
   // is a zero_.
   fsdpskip_verdict (*decide_fill)(void* self, const void* scalar);
@@ -156,10 +157,12 @@ typedef struct fsdpskip_plugin {
   // NULL when it cannot be made: the interposer then runs the kernel on self.
   void* (*stand_in_like)(const void* self, int slot);
   // After a SKIP (or the chain's SKIP, which runs nothing): count the call,
-  // record the storage as pending, make it read as zeros. False when it
-  // failed, leaving nothing recorded: the interposer then runs the kernel on
-  // self, so a storage is never left neither initialised nor pending.
-  bool (*skipped)(fsdpskip_kernel kernel, void* self);
+  // record the storage as pending, make it read as zeros and, for normal_
+  // and uniform_ (`generator` as in decide_init, else NULL), advance their
+  // generator by the draws the kernel would have made. False when it failed,
+  // leaving nothing recorded: the interposer then runs the kernel on self, so
+  // a storage is never left neither initialised nor pending.
+  bool (*skipped)(fsdpskip_kernel kernel, void* self, const void* generator);
   // After a ZERO_LAZILY: zero `self` exactly, releasing whole pages. False
   // when it failed: the interposer then runs the kernel on self.
   bool (*zero_lazily)(void* self);

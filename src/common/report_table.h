@@ -7,11 +7,12 @@
 namespace fsdpskip {
 
 inline constexpr const char kReportSchema[] = "fsdpskip-report";
-inline constexpr int kReportSchemaVersion = 1;
+inline constexpr int kReportSchemaVersion = 2;  // 2: draws_unreproduced
+inline constexpr int kOldestReportSchemaVersion = 1;
 
 enum class Counter {
 #define FIELD(key, meaning)
-#define COUNTER(key, unit, summary, shown, meaning) key,
+#define COUNTER(key, since, unit, summary, shown, meaning) key,
 #include "report.def"
 #undef COUNTER
 #undef FIELD
@@ -23,6 +24,7 @@ enum class CounterShown { kAlways, kNonZero };
 struct ReportKey {
   const char* key;
   bool counter;  // false: a FIELD row
+  int since;     // the schema version that added it
   CounterUnit unit;
   const char* summary;
   CounterShown shown;
@@ -31,9 +33,9 @@ struct ReportKey {
 
 // Every row of report.def, in order (fields and counters).
 inline constexpr ReportKey kReportKeys[] = {
-#define FIELD(key, meaning) {#key, false, CounterUnit::kCount, "", CounterShown::kAlways, meaning},
-#define COUNTER(key, unit, summary, shown, meaning) \
-  {#key, true, CounterUnit::unit, summary, CounterShown::shown, meaning},
+#define FIELD(key, meaning) {#key, false, 1, CounterUnit::kCount, "", CounterShown::kAlways, meaning},
+#define COUNTER(key, since, unit, summary, shown, meaning) \
+  {#key, true, since, CounterUnit::unit, summary, CounterShown::shown, meaning},
 #include "report.def"
 #undef COUNTER
 #undef FIELD

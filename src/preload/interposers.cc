@@ -40,16 +40,17 @@ inline Fn original_as(HookId id) {
 // call torch would reject raises exactly what it would raise. Where the
 // plugin could not do its part (no stand-in, or skipped() or zero_lazily()
 // failed), the original runs on self: the call as without fsdpskip.
+// `generator`: normal_'s and uniform_'s argument, for skipped().
 template <typename Run>
 inline void* carry_out(fsdpskip_verdict verdict, const fsdpskip_plugin* plugin, fsdpskip_kernel kernel, void* self,
-                       Run run) {
+                       Run run, const void* generator = nullptr) {
   switch (verdict) {
     case FSDPSKIP_SKIP:
     case FSDPSKIP_ZERO_LAZILY: {
       void* stand_in = plugin->stand_in_like(self, 0);
       if (stand_in == nullptr) return run(self);
       run(stand_in);
-      bool done = verdict == FSDPSKIP_SKIP ? plugin->skipped(kernel, self) : plugin->zero_lazily(self);
+      bool done = verdict == FSDPSKIP_SKIP ? plugin->skipped(kernel, self, generator) : plugin->zero_lazily(self);
       return done ? self : run(self);
     }
     case FSDPSKIP_AUDIT: {
@@ -71,8 +72,8 @@ struct Random {
     Fn fn = original_as<Fn>(id);
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self, a, b, generator);
-    return carry_out(plugin->decide_init(kernel, self), plugin, kernel, self,
-                     [&](void* t) { return fn(t, a, b, generator); });
+    return carry_out(plugin->decide_init(kernel, self, generator), plugin, kernel, self,
+                     [&](void* t) { return fn(t, a, b, generator); }, generator);
   }
   static void* forward(void* self, double a, double b, void* generator) {
     if (__builtin_expect(routed(), 0)) return active(self, a, b, generator);
@@ -88,7 +89,7 @@ struct Unary {
     Fn fn = original_as<Fn>(id);
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self);
-    return carry_out(plugin->decide_init(kernel, self), plugin, kernel, self, fn);
+    return carry_out(plugin->decide_init(kernel, self, nullptr), plugin, kernel, self, fn);
   }
   static void* forward(void* self) {
     if (__builtin_expect(routed(), 0)) return active(self);
@@ -105,7 +106,7 @@ struct Fill {
     Fn fn = original_as<Fn>(id);
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self, value);
-    fsdpskip_verdict verdict = kScalar ? plugin->decide_fill(self, value) : plugin->decide_init(kernel, self);
+    fsdpskip_verdict verdict = kScalar ? plugin->decide_fill(self, value) : plugin->decide_init(kernel, self, nullptr);
     return carry_out(verdict, plugin, kernel, self, [&](void* t) { return fn(t, value); });
   }
   static void* forward(void* self, const void* value) {
@@ -133,7 +134,7 @@ struct Copy {
       const void* src_stand_in = self_stand_in ? plugin->stand_in_like(src, 1) : nullptr;
       if (src_stand_in == nullptr) return fn(self, src, non_blocking);
       fn(self_stand_in, src_stand_in, non_blocking);
-      return plugin->skipped(kernel, self) ? self : fn(self, src, non_blocking);
+      return plugin->skipped(kernel, self, nullptr) ? self : fn(self, src, non_blocking);
     }
     void* result = carry_out(verdict, plugin, kernel, self, [&](void* t) { return fn(t, src, non_blocking); });
     if (verdict == FSDPSKIP_RUN_NOTIFY) plugin->copied(self, src);
@@ -251,7 +252,7 @@ struct Structured {
     void* out = const_cast<void*>(arguments[sizeof...(Tensors) - 1]);
     if constexpr (kernel == FSDPSKIP_CHAIN) {
       fsdpskip_verdict verdict = plugin->decide_chain(self, out);
-      if (verdict == FSDPSKIP_SKIP && plugin->skipped(kernel, out)) return;
+      if (verdict == FSDPSKIP_SKIP && plugin->skipped(kernel, out, nullptr)) return;
       uint64_t start = verdict == FSDPSKIP_AUDIT ? now_ns() : 0;
       fn(op, self, inputs_then_out...);
       if (start) plugin->audited(kernel, out, now_ns() - start);

@@ -1,7 +1,8 @@
 // Every difference between the torch releases fsdpskip builds against
-// (1.13, 2.6, 2.14) lives here.
+// (1.13, 2.6, 2.14, 2.15) lives here.
 #pragma once
 
+#include <ATen/ops/normal_native.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 
@@ -27,5 +28,11 @@ inline c10::StorageImpl* storage_of(const c10::TensorImpl* tensor) {
   if (storage == nullptr || storage->nbytes() == 0) return nullptr;
   return data_ptr(*storage).get() != nullptr ? storage : nullptr;
 }
+
+// The optional generator normal_ and uniform_ take (c10::optional up to 2.1,
+// std::optional from 2.2), read off the kernel's own declaration.
+template <typename Result, typename Self, typename Generator>
+Generator generator_parameter(Result (*)(Self, double, double, Generator));
+using GeneratorArgument = decltype(generator_parameter(&at::native::normal_));
 
 }  // namespace fsdpskip::compat

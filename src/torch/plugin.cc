@@ -71,6 +71,11 @@ struct FaultPoint {
 
 const at::Tensor& tensor(const void* pointer) { return *static_cast<const at::Tensor*>(pointer); }
 
+// normal_'s and uniform_'s generator argument, passed by reference (it is not trivially copyable).
+const compat::GeneratorArgument* generator_argument(const void* pointer) {
+  return static_cast<const compat::GeneratorArgument*>(pointer);
+}
+
 void say(fsdpskip_message kind, const std::string& text) { g_preload->say(kind, text.c_str()); }
 
 void finish() {
@@ -129,8 +134,9 @@ void guarded(const char* callback, Body&& body) noexcept {
 
 const fsdpskip_plugin kPlugin = {
     FSDPSKIP_PLUGIN_ABI,
-    [](fsdpskip_kernel kernel, void* self) noexcept {
-      return guarded("decide_init", FSDPSKIP_RUN, [&] { return Tracker::instance().decide_init(kernel, tensor(self)); });
+    [](fsdpskip_kernel kernel, void* self, const void* generator) noexcept {
+      return guarded("decide_init", FSDPSKIP_RUN,
+                     [&] { return Tracker::instance().decide_init(kernel, tensor(self), generator_argument(generator)); });
     },
     [](void* self, const void* scalar) noexcept {
       return guarded("decide_fill", FSDPSKIP_RUN, [&] {
@@ -159,8 +165,10 @@ const fsdpskip_plugin kPlugin = {
         return &stand_ins[slot];
       });
     },
-    [](fsdpskip_kernel kernel, void* self) noexcept {
-      return guarded("skipped", false, [&] { return Tracker::instance().skipped(kernel, tensor(self)), true; });
+    [](fsdpskip_kernel kernel, void* self, const void* generator) noexcept {
+      return guarded("skipped", false, [&] {
+        return Tracker::instance().skipped(kernel, tensor(self), generator_argument(generator)), true;
+      });
     },
     [](void* self) noexcept {
       return guarded("zero_lazily", false, [&] { return Tracker::instance().zero_lazily(tensor(self)), true; });

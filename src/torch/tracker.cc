@@ -16,6 +16,7 @@
 
 #include "compat.h"
 #include "python_frames.h"
+#include "random_draws.h"
 #include "zero_pages.h"
 
 namespace fsdpskip {
@@ -23,6 +24,12 @@ namespace {
 
 // Set while this thread runs a zero_ of the plugin's own: it is never skipped.
 thread_local bool t_zeroing = false;
+
+// The generator this thread's last skipped normal_ or uniform_ was advanced
+// on: an any() answered on zeros after it may have hidden redraws from it.
+thread_local std::optional<c10::weak_intrusive_ptr<c10::GeneratorImpl>> t_last_advanced;
+
+bool is_random(fsdpskip_kernel kernel) { return kernel == FSDPSKIP_NORMAL || kernel == FSDPSKIP_UNIFORM; }
 
 struct OwnZeroing {
   bool previous = t_zeroing;
@@ -265,8 +272,36 @@ fsdpskip_verdict Tracker::traced(fsdpskip_kernel kernel, const at::Tensor& tenso
   return verdict;
 }
 
-fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& self) {
+fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& self,
+                                      const compat::GeneratorArgument* generator) {
+  if (is_random(kernel)) {
+    if (probing_random_kernels()) return FSDPSKIP_RUN;
+    if (generator != nullptr && unreproduced_count_.load() != 0 && !loading()) warn_if_unreproduced(kernel, self, *generator);
+    if (!random_draws(kernel, self)) return writes(self, traced(kernel, self, FSDPSKIP_RUN));
+  }
   return writes(self, traced(kernel, self, decide_init_untraced(self, kernel == FSDPSKIP_ZERO)));
+}
+
+void Tracker::warn_if_unreproduced(fsdpskip_kernel kernel, const at::Tensor& self,
+                                   const compat::GeneratorArgument& argument) {
+  if (!self.device().is_cpu()) return;
+  at::Generator generator = cpu_generator(argument);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = unreproduced_.begin(); it != unreproduced_.end(); ++it) {
+    c10::intrusive_ptr<c10::GeneratorImpl> held = it->generator.lock();
+    if (held.get() != generator.unsafeGetGeneratorImpl()) continue;
+    bool reseeded = generator.current_seed() != it->seed;
+    unreproduced_.erase(it);
+    unreproduced_count_.fetch_sub(1);
+    if (reseeded || say_ == nullptr) return;
+    std::string line = std::string(kernel_name(kernel)) +
+                       " draws from a generator that is not where it would be without fsdpskip: trunc_normal_'s "
+                       "rejection sampling (torch 2.12 and later) redraws as many values as fall outside its bounds, "
+                       "and the values it tested were skipped; what this generator draws now differs from a run "
+                       "without fsdpskip (reseed it after rank 0's values arrive, torch.manual_seed)";
+    say_(FSDPSKIP_MESSAGE_WARNING, line.c_str());
+    return;
+  }
 }
 
 fsdpskip_verdict Tracker::decide_fill(const at::Tensor& self, const c10::Scalar& value) {
@@ -367,6 +402,7 @@ fsdpskip_verdict Tracker::decide_on_zeros(fsdpskip_kernel kernel, const at::Tens
     zeros = holds_zeros(*static_cast<const at::Tensor*>(other));
   } else if (kernel == FSDPSKIP_ANY) {
     zeros = true;
+    note_unreproduced();
   } else {
     // `0 op scalar` computed by torch itself on one element of self's dtype:
     // its promotion rules, NaN and all. A dtype torch refuses (complex): the
@@ -385,6 +421,18 @@ fsdpskip_verdict Tracker::decide_on_zeros(fsdpskip_kernel kernel, const at::Tens
     }
   }
   return writes(out, traced(kernel, out, zeros ? FSDPSKIP_ZEROS : FSDPSKIP_RUN));
+}
+
+void Tracker::note_unreproduced() {
+  c10::intrusive_ptr<c10::GeneratorImpl> generator;
+  if (t_last_advanced) generator = t_last_advanced->lock();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_[Counter::draws_unreproduced];
+  if (!generator) return;
+  for (const Unreproduced& known : unreproduced_)
+    if (known.generator.lock() == generator) return;
+  unreproduced_.push_back({c10::weak_intrusive_ptr<c10::GeneratorImpl>(generator), generator->current_seed()});
+  unreproduced_count_.fetch_add(1);
 }
 
 void Tracker::zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out) {
@@ -417,7 +465,23 @@ void Tracker::zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out) {
   stats_[Counter::answered_bytes_never_committed] += zeroed.released;
 }
 
-void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self) {
+void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator) {
+  // The generator and the draws first: they may throw (another device's
+  // generator, torch's own error), and then nothing is committed and the
+  // kernel runs on self.
+  std::optional<at::Generator> drawn_from;
+  uint64_t draws = 0;
+  if (generator != nullptr && is_random(kernel)) {
+    draws = random_draws(kernel, self).value_or(0);  // decide_init ran only a call it could count
+    drawn_from = cpu_generator(*generator);
+  }
+  skip_storage(kernel, self);
+  if (!drawn_from) return;
+  advance(*drawn_from, draws);
+  t_last_advanced.emplace(drawn_from->getIntrusivePtr());
+}
+
+void Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self) {
   c10::StorageImpl* storage = storage_of(self);
   if (storage == nullptr) return;
   bool tagged = false, first = false;

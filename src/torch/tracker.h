@@ -28,6 +28,7 @@
 
 #include "../common/plugin_abi.h"
 #include "../common/report_table.h"
+#include "compat.h"
 #include "skip_stack.h"
 
 namespace fsdpskip {
@@ -72,13 +73,18 @@ class Tracker {
   void set_policy(bool enabled, bool audit, fsdpskip_log_level log_level, fsdpskip_stacks stacks,
                   bool opens_loading);
 
-  fsdpskip_verdict decide_init(fsdpskip_kernel kernel, const at::Tensor& self);
+  // normal_ and uniform_ pass their generator argument: a call whose draws
+  // random_draws.h cannot count runs, and one drawing from a generator whose
+  // draws could not be reproduced after loading is warned about, once.
+  fsdpskip_verdict decide_init(fsdpskip_kernel kernel, const at::Tensor& self,
+                               const compat::GeneratorArgument* generator = nullptr);
   fsdpskip_verdict decide_fill(const at::Tensor& self, const c10::Scalar& value);
   fsdpskip_verdict decide_copy(const at::Tensor& dst, const at::Tensor& src);
   fsdpskip_verdict decide_chain(const at::Tensor& self, const at::Tensor& out);
   // After a SKIP: counts the call, records the storage as pending (once)
-  // and makes it read as zeros.
-  void skipped(fsdpskip_kernel kernel, const at::Tensor& self);
+  // and makes it read as zeros; a skipped normal_ or uniform_ (its generator
+  // argument passed) advances its generator by the draws it would have made.
+  void skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator = nullptr);
   // After a ZERO_LAZILY: zeroes self exactly, releasing whole pages.
   void zero_lazily(const at::Tensor& self);
   void audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds);
@@ -149,6 +155,15 @@ class Tracker {
   // No new parameter is a placeholder from here on: rank 0's data started to
   // arrive (`by_rank0_data`), or training did.
   void end_loading_locked(bool by_rank0_data);
+  void skip_storage(fsdpskip_kernel kernel, const at::Tensor& self);
+  // Says once that `generator`, which self's normal_ or uniform_ draws from
+  // after loading, is not where it would be without fsdpskip (if it is not
+  // reseeded since).
+  void warn_if_unreproduced(fsdpskip_kernel kernel, const at::Tensor& self,
+                            const compat::GeneratorArgument& generator);
+  // An any() answered on zeros: the generator this thread last advanced may
+  // have been drawn from again, by as much as the values would have asked.
+  void note_unreproduced();
   // Marks the first skip of a record; returns true when it was the first.
   bool mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self);
   // After a first skip, outside the lock: where it came from, into its site.
@@ -174,6 +189,15 @@ class Tracker {
   std::mutex mutex_;
   std::unordered_map<void*, Record> records_;  // by DataPtr context
   std::vector<SkipSite> freed_at_shutdown_;
+  // Generators whose draws could not be reproduced (an any() answered on a
+  // skipped storage after they were advanced for it: trunc_normal_'s
+  // rejection test), with their seed then: a reseed makes them exact again.
+  struct Unreproduced {
+    c10::weak_intrusive_ptr<c10::GeneratorImpl> generator;
+    uint64_t seed;
+  };
+  std::vector<Unreproduced> unreproduced_;
+  std::atomic<size_t> unreproduced_count_{0};
   Stats stats_;
   std::atomic<size_t> tracked_{0};
   std::atomic<size_t> pending_{0};

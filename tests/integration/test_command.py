@@ -100,6 +100,17 @@ def test_two_rank_job_through_run_then_report(tmp_path):
     assert process["rank"] == 1 and process["local_rank"] == 1 and sum(process["calls"].values()) > 0
     assert gathered["totals"]["skipped_calls"] == sum(process["calls"].values())
 
+    # The same report as schema version 1 wrote it (before draws_unreproduced): still read.
+    with open(str(reports / "rank1.json")) as f:
+        report = json.load(f)
+    assert report["schema_version"] == 2 and report["draws_unreproduced"] == 0
+    report["schema_version"] = 1
+    del report["draws_unreproduced"]
+    with open(str(reports / "rank1.json"), "w") as f:
+        json.dump(report, f)
+    older = json.loads(fsdpskip("report", "--json", str(reports)).stdout)
+    assert older["verdict"] == "pass" and older["processes"][0]["draws_unreproduced"] == 0, older
+
 
 # --- report ----------------------------------------------------------------
 
@@ -118,7 +129,7 @@ def test_report_fails_when_a_storage_is_pending(tmp_path):
 @pytest.mark.parametrize("name,content,needle", [
     ("truncated.json", '{"schema": "fsdpskip-report", "schema_ver', "not JSON, or truncated"),
     ("other.json", '{"schema": "something-else"}', "not a fsdpskip report"),
-    ("future.json", '{"schema": "fsdpskip-report", "schema_version": 2}', "schema version 2"),
+    ("future.json", '{"schema": "fsdpskip-report", "schema_version": 3}', "schema version 3"),
     ("r.json.partial.123", "{", "incomplete"),
     # Found by tools/fuzz: fields of another type made `fsdpskip report` throw and abort.
     ("schema-number.json", '{"schema": 5, "schema_version": "1"}', "not a fsdpskip report"),

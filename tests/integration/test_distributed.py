@@ -44,6 +44,33 @@ def assert_synced(ranks):
         assert result["late_layer_equal"] and result["late_layer_nonzero"], "a layer made after the sync is initialised"
 
 
+@pytest.mark.parametrize("style", ["hf4", "torch", "trunc"])
+def test_rank1s_generator_ends_where_it_would_without_fsdpskip(tmp_path, style):
+    """Every rank seeds alike and builds alike (transformers-4 _init_weights,
+    torch's module defaults with kaiming_uniform_, trunc_normal_), then DDP
+    syncs. Without reseeding, rank 1's global generator stands where rank 0's
+    and the run without fsdpskip's do, a layer made after the sync is equal on
+    every rank, and training with dropout 0.1 gives the same losses bitwise.
+    trunc_normal_'s rejection sampling (torch 2.12 on) redraws as many values
+    as its test rejects, which skipped values cannot tell: rank 1 then warns
+    once, at its first draw after loading, and its summary says so."""
+    args = ("--size", "tiny", "--style", style, "--verify", "--train", "3", "--dropout", "0.1")
+    _, plain = job(tmp_path, *args, preload=False)
+    done, ranks = job(tmp_path, *args, FSDPSKIP="on")
+    line = summary(done)
+    assert counts(line)["overwrite"] > 0 and counts(line)["pending"] == 0, line
+    warned = [said for said in said_by_fsdpskip(rank_lines(done, 1)) if "not where it would be" in said]
+    if style == "trunc" and not TRUNC_NORMAL_IS_A_CHAIN:
+        assert len(warned) == 1 and "warning" in warned[0], done.stderr[-3000:]
+        assert "rejection tests answered" in line, line
+        return
+    assert warned == [] and "rejection" not in line, done.stderr[-3000:]
+    for result in plain + ranks:
+        assert result["rng_after_sync"] == plain[0]["rng_after_sync"], "rank %d's generator" % result["rank"]
+        assert result["unseeded_layer_equal"], result["rank"]
+    assert [r["losses"] for r in ranks] == [r["losses"] for r in plain]
+
+
 @pytest.mark.parametrize("style,sync", [("hf4", "ddp"), ("torch", "broadcast"), ("trunc", "ddp"), ("hf5", "ddp")])
 def test_rank1_skips_then_holds_rank0_values(tmp_path, style, sync):
     # The tiny transformers-5 placeholders are under 1 MiB: zeroed by memset,
@@ -139,7 +166,7 @@ def test_never_synced_model_is_reported_pending(tmp_path):
     assert any("no broadcast from rank 0 was seen" in l for l in rank_lines(done, 1))
     with open(str(tmp_path / "report-1.json")) as f:
         data = json.load(f)
-    assert data["schema_version"] == 1 and data["local_rank"] == 1
+    assert data["schema_version"] == 2 and data["local_rank"] == 1
     assert data["pending_count"] == len(data["pending"]) > 0
     assert any(p["shape"] == "512x64" and p["dtype"] == "Float" and p["device"] == "cpu" and p["bytes"] == 131072
                for p in data["pending"])

@@ -125,11 +125,12 @@ std::string script_text(const Script& script) {
 
 // normal_, uniform_, zero_, fill_(Tensor), fill_(Scalar): `call(self)` makes
 // the call and returns its result; `decision` is the decide_* callback
-// expected first; `original(calls, self_seen, runs)` checks the original's
-// last record and how often it ran.
+// expected first, with `decision_argument` after self (normal_'s and
+// uniform_'s: the generator's impl, also passed to skipped()); `original(calls,
+// self_seen, runs)` checks the original's last record and how often it ran.
 void check_kernel(const Row& row, const char* decision, const void* decision_argument,
                   const std::function<at::Tensor&(at::Tensor&)>& call,
-                  const std::function<void(const Calls&, const void*, int)>& original) {
+                  const std::function<void(const Calls&, const void*, int)>& original, bool random = false) {
   for (const Script& script : scripts({{FSDPSKIP_RUN}, {FSDPSKIP_SKIP}, {FSDPSKIP_ZERO_LAZILY}, {FSDPSKIP_AUDIT},
                                         {FSDPSKIP_SKIP, "stand_in_like"}, {FSDPSKIP_SKIP, "skipped"},
                                         {FSDPSKIP_ZERO_LAZILY, "zero_lazily"}})) {
@@ -138,9 +139,10 @@ void check_kernel(const Row& row, const char* decision, const void* decision_arg
     Calls calls(script.verdict, script.failing);
     at::Tensor& result = call(self);
     Expected decided{decision, decision == std::string("decide_init") ? row.kernel : -1, {&self, decision_argument}};
-    if (decision_argument == nullptr) decided.pointers.pop_back();
+    if (decision_argument == nullptr && decision != std::string("decide_init")) decided.pointers.pop_back();
     bool skip = script.verdict == FSDPSKIP_SKIP;
     Expected done = skip ? Expected{"skipped", row.kernel, {&self}} : Expected{"zero_lazily", -1, {&self}};
+    if (skip) done.pointers.push_back(random ? decision_argument : nullptr);
     Expected stand_in{"stand_in_like", 0, {&self}};
     switch (script.verdict) {
       case FSDPSKIP_SKIP:
@@ -184,14 +186,15 @@ void check_random(const Row& row, bool normal) {
                             : (std::is_same_v<Optional, std::optional<at::Generator>> ? "uniform_(std::optional)"
                                                                                         : "uniform_(c10::optional)");
   check_kernel(
-      row, "decide_init", nullptr,
+      row, "decide_init", &generator_impl,
       [&](at::Tensor& self) -> at::Tensor& {
         Optional generator{at::Generator(&generator_impl)};
         return normal ? at::native::normal_(self, a, b, generator) : at::native::uniform_(self, a, b, generator);
       },
       [&](const Calls& calls, const void* self, int runs) {
         calls.original(name, self, {&generator_impl}, {a, b}, {}, false, runs);
-      });
+      },
+      true);
 }
 
 // A structured kernel's impl: a later step of an init chain (decide_chain),
@@ -210,7 +213,8 @@ void check_structured(const Row& row, const char* name, const std::function<void
     call(out);
     Expected decided = chain ? Expected{"decide_chain", -1, {&self, &out}}
                              : Expected{"decide_on_zeros", row.kernel, {&self, other, &out}};
-    Expected done = chain ? Expected{"skipped", FSDPSKIP_CHAIN, {&out}} : Expected{"zeros_produced", row.kernel, {&out}};
+    Expected done = chain ? Expected{"skipped", FSDPSKIP_CHAIN, {&out, nullptr}}
+                          : Expected{"zeros_produced", row.kernel, {&out}};
     if (script.verdict == FSDPSKIP_SKIP || script.verdict == FSDPSKIP_ZEROS) {
       // Done by the plugin instead of the kernel; where it failed, the kernel runs.
       if (script.failing) calls.original(name, op, original_pointers);
@@ -289,7 +293,7 @@ const std::map<std::string, Check>& checks() {
                calls.original("copy_", calls.stand_in(0), {calls.stand_in(1)}, {}, {}, non_blocking);
                EXPECT_EQ(&result, &self);
                calls.plugin({decided, {"stand_in_like", 0, {&self}}, {"stand_in_like", 1, {&src}},
-                             {"skipped", FSDPSKIP_COPY, {&self}}});
+                             {"skipped", FSDPSKIP_COPY, {&self, nullptr}}});
                continue;
              }
              if (script.verdict == FSDPSKIP_SKIP) {
@@ -299,7 +303,7 @@ const std::map<std::string, Check>& checks() {
                EXPECT_EQ(&result, shape_original_tensor_result());
                if (stand_in) calls.plugin({decided, {"stand_in_like", 0, {&self}}});
                else calls.plugin({decided, {"stand_in_like", 0, {&self}}, {"stand_in_like", 1, {&src}},
-                                  {"skipped", FSDPSKIP_COPY, {&self}}});
+                                  {"skipped", FSDPSKIP_COPY, {&self, nullptr}}});
                continue;
              }
              calls.original("copy_", &self, {&src}, {}, {}, non_blocking);

@@ -67,6 +67,8 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
+    dropout = 0.0  # --dropout: the loss draws masks from the global generator
+
     def __init__(self, size, style):
         super().__init__()
         hidden, intermediate, layers, vocab = SIZES[size]
@@ -83,7 +85,7 @@ class Model(nn.Module):
     def forward(self):
         """A loss over every parameter (--train): what matters is that each
         one gets a gradient, which DDP all-reduces."""
-        return sum((p.float() * p.float()).sum() for p in self.parameters())
+        return sum((nn.functional.dropout(p.float(), self.dropout) * p.float()).sum() for p in self.parameters())
 
 
 def init_weights(model, style, std=0.02):
@@ -213,6 +215,7 @@ def main():
     parser.add_argument("--barrier-before-sync", action="store_true",
                         help="a one-element all-reduce before the sync, as NCCL's barrier and accelerate's "
                              "wait_for_everyone are")
+    parser.add_argument("--dropout", type=float, default=0.0, help="--train's loss applies dropout with this p")
     parser.add_argument("--train", type=int, default=0, metavar="STEPS",
                         help="SGD steps after the sync: DDP's gradient all-reduce (with --sync none, all-reduces "
                              "of the gradients by hand)")
@@ -258,7 +261,13 @@ def main():
         "job_rss_growth_bytes": (rss_kib("VmHWM") - rss_before) * 1024,
     }
     if args.verify:
+        # Where the global generator stands after the sync, and a layer made
+        # then without reseeding (a head, an adapter): as without fsdpskip,
+        # the same on every rank. (After a broadcast: with --sync none it ends
+        # the loading, so the layer is not a placeholder.)
+        result["rng_after_sync"] = digest(torch.get_rng_state())
         dist.broadcast_object_list(truth, src=0)
+        unseeded = nn.Linear(64, 64)
         digests = {name: digest(p) for name, p in model.named_parameters()}
         everyone = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, digests)
@@ -266,6 +275,9 @@ def main():
         local = lambda p: p.to_local() if hasattr(p, "to_local") else p  # a shard: this rank's part
         result["all_finite"] = all(bool(torch.isfinite(local(p).float()).all()) for p in model.parameters())
         result["digests"] = digests
+        unseeded_digests = [None] * dist.get_world_size()
+        dist.all_gather_object(unseeded_digests, digest(unseeded.weight))
+        result["unseeded_layer_equal"] = all(d == unseeded_digests[0] for d in unseeded_digests)
         # A layer created after the sync gets its real, seeded initialisation.
         torch.manual_seed(4321)
         late = nn.Linear(64, 64)
@@ -274,6 +286,7 @@ def main():
         result["late_layer_equal"] = all(d == late_digests[0] for d in late_digests)
         result["late_layer_nonzero"] = bool(late.weight.abs().sum() > 0)
     if args.train:
+        Model.dropout = args.dropout
         result["losses"] = train(model, args.train, wrapped=args.sync == "ddp")
     if args.hold:
         HELD.append(model)

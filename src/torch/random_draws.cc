@@ -1,0 +1,147 @@
+#include "random_draws.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/DistributionsHelper.h>
+#include <ATen/ops/empty.h>
+
+#include <mutex>
+
+namespace fsdpskip {
+namespace {
+
+constexpr int kStateWords = at::MERSENNE_STATE_N;  // 624
+constexpr int kShift = at::MERSENNE_STATE_M;       // 397
+
+uint32_t twist(uint32_t upper, uint32_t lower) {
+  uint32_t mixed = (upper & at::UMASK) | (lower & at::LMASK);
+  return (mixed >> 1) ^ ((lower & 1u) ? at::MATRIX_A : 0u);
+}
+
+// MT19937's regeneration of all 624 words (what the engine does once every
+// 624 outputs). Each loop reads only words it has not written yet, or
+// written 227 words earlier, so the compiler vectorises them.
+__attribute__((optimize("O3"))) void regenerate(uint32_t* state) {
+  int i = 0;
+  for (; i < kStateWords - kShift; ++i) state[i] = state[i + kShift] ^ twist(state[i], state[i + 1]);
+  for (; i < kStateWords - 1; ++i) state[i] = state[i + kShift - kStateWords] ^ twist(state[i], state[i + 1]);
+  state[kStateWords - 1] = state[kShift - 1] ^ twist(state[kStateWords - 1], state[0]);
+}
+
+
+// The counts read off torch's sources. Half and bfloat16 normal_ changed
+// between 2.6 and 2.14: it fills blocks of 16 in float, so the elements past
+// the last whole block are drawn once, in the recomputed last 16, not twice.
+enum class Rule { kUniform, kNormalEveryValue, kNormalWholeBlocks };
+
+uint64_t count(Rule rule, uint64_t values) {
+  uint64_t tail = values % 16 != 0 ? 16 : 0;
+  switch (rule) {
+    case Rule::kUniform: return values;
+    case Rule::kNormalEveryValue: return values + tail;
+    case Rule::kNormalWholeBlocks: return values - values % 16 + tail;
+  }
+  return 0;
+}
+
+// The dtypes a kernel draws for; a complex tensor draws as its real view.
+constexpr c10::ScalarType kDrawn[] = {c10::kFloat, c10::kDouble, c10::kHalf, c10::kBFloat16};
+constexpr int kDrawnCount = sizeof kDrawn / sizeof kDrawn[0];
+
+int drawn_index(c10::ScalarType real) {
+  for (int i = 0; i < kDrawnCount; ++i)
+    if (kDrawn[i] == real) return i;
+  return -1;
+}
+
+// Set while this thread probes the running torch's kernels: their calls run.
+thread_local bool t_probing = false;
+
+// Which rule the running torch follows, per kernel and dtype, found once by
+// running its kernels on a few sizes on a scratch generator and comparing
+// with each rule's advance; none where no rule matches every size (a torch
+// whose kernels changed again): such calls are not skipped.
+struct Rules {
+  std::optional<Rule> normal[kDrawnCount], uniform[kDrawnCount];
+};
+
+bool matches(fsdpskip_kernel kernel, c10::ScalarType dtype, Rule rule) {
+  for (int64_t size : {16, 17, 31, 33, 100, 1000}) {
+    at::Generator ran = at::make_generator<at::CPUGeneratorImpl>(20261201);
+    at::Generator advanced = at::make_generator<at::CPUGeneratorImpl>(20261201);
+    at::Tensor t = at::empty({size}, at::TensorOptions().dtype(dtype));
+    if (kernel == FSDPSKIP_NORMAL) t.normal_(0.0, 1.0, ran);
+    else t.uniform_(0.0, 1.0, ran);
+    advance(advanced, count(rule, size) * (dtype == c10::kDouble ? 2 : 1));
+    at::Tensor a = ran.get_state(), b = advanced.get_state();
+    if (!a.equal(b)) return false;
+  }
+  return true;
+}
+
+const Rules& rules() {
+  static const Rules found = [] {
+    Rules rules;
+    t_probing = true;
+    for (int i = 0; i < kDrawnCount; ++i) {
+      if (matches(FSDPSKIP_UNIFORM, kDrawn[i], Rule::kUniform)) rules.uniform[i] = Rule::kUniform;
+      for (Rule rule : {Rule::kNormalEveryValue, Rule::kNormalWholeBlocks})
+        if (!rules.normal[i] && matches(FSDPSKIP_NORMAL, kDrawn[i], rule)) rules.normal[i] = rule;
+    }
+    t_probing = false;
+    return rules;
+  }();
+  return found;
+}
+
+}  // namespace
+
+bool probing_random_kernels() { return t_probing; }
+
+std::optional<uint64_t> random_draws(fsdpskip_kernel kernel, const at::Tensor& self) {
+  if (!self.device().is_cpu() || self.layout() != c10::kStrided) return std::nullopt;
+  c10::ScalarType type = self.scalar_type();
+  bool complex = c10::isComplexType(type);
+  int drawn = drawn_index(complex ? c10::toRealValueType(type) : type);
+  if (drawn < 0 || (kernel != FSDPSKIP_NORMAL && kernel != FSDPSKIP_UNIFORM))
+    return std::nullopt;  // torch raises for these, or draws through a path not read here
+  uint64_t values = static_cast<uint64_t>(self.numel()) * (complex ? 2 : 1);
+  if (kernel == FSDPSKIP_NORMAL && (values < 16 || !self.is_contiguous())) return std::nullopt;  // Box-Muller
+  const std::optional<Rule>& rule = kernel == FSDPSKIP_NORMAL ? rules().normal[drawn] : rules().uniform[drawn];
+  if (!rule) return std::nullopt;
+  return count(*rule, values) * (kDrawn[drawn] == c10::kDouble ? 2 : 1);
+}
+
+// The engine's operator() decrements left_ and regenerates when it reaches
+// 0 (then left_ = 624, next_ = 0), and reads state_[next_++]: from (left,
+// next), left - 1 outputs come before the next regeneration.
+void discard_draws(at::mt19937_data_pod& state, uint64_t draws) {
+  uint64_t before_regeneration = static_cast<uint64_t>(state.left_) - 1;
+  if (draws <= before_regeneration) {
+    state.left_ -= static_cast<int>(draws);
+    state.next_ += static_cast<uint32_t>(draws);
+    return;
+  }
+  uint64_t after_first = draws - before_regeneration - 1;  // outputs after the first regeneration's first one
+  for (uint64_t i = 0, regenerations = 1 + after_first / kStateWords; i < regenerations; ++i)
+    regenerate(state.state_.data());
+  uint64_t read = 1 + after_first % kStateWords;  // of the last regeneration's words
+  state.left_ = kStateWords + 1 - static_cast<int>(read);
+  state.next_ = static_cast<uint32_t>(read);
+}
+
+at::Generator cpu_generator(const compat::GeneratorArgument& argument) {
+  at::get_generator_or_default<at::CPUGeneratorImpl>(argument, at::detail::getDefaultCPUGenerator());  // its checks
+  return argument.has_value() && argument->defined() ? *argument : at::detail::getDefaultCPUGenerator();
+}
+
+void advance(const at::Generator& generator, uint64_t draws) {
+  auto* cpu = at::check_generator<at::CPUGeneratorImpl>(generator);
+  std::lock_guard<std::mutex> lock(cpu->mutex_);
+  at::mt19937 engine = cpu->engine();
+  at::mt19937_data_pod state = engine.data();
+  discard_draws(state, draws);
+  engine.set_data(state);
+  cpu->set_engine(engine);
+}
+
+}  // namespace fsdpskip
