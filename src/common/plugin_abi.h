@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 8
+#define FSDPSKIP_PLUGIN_ABI 8  // 8: the generator argument (decide_init, stand_in_generator, skipped)
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=8"), so a plugin
@@ -156,6 +156,12 @@ typedef struct fsdpskip_plugin {
   // original on it, so a call torch would reject raises what it would raise.
   // NULL when it cannot be made: the interposer then runs the kernel on self.
   void* (*stand_in_like)(const void* self, int slot);
+  // A copy of normal_'s or uniform_'s generator argument (an
+  // optional<at::Generator>* owned by the plugin, one per thread, valid until
+  // the next call) for the stand-in run, since the original may move from the
+  // argument it is given, which skipped() and a run on self still need. NULL
+  // when it cannot be made: the interposer then runs the kernel on self.
+  void* (*stand_in_generator)(const void* generator);
   // After a SKIP (or the chain's SKIP, which runs nothing): count the call,
   // record the storage as pending, make it read as zeros and, for normal_
   // and uniform_ (`generator` as in decide_init, else NULL), advance their

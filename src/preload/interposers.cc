@@ -40,17 +40,24 @@ inline Fn original_as(HookId id) {
 // call torch would reject raises exactly what it would raise. Where the
 // plugin could not do its part (no stand-in, or skipped() or zero_lazily()
 // failed), the original runs on self: the call as without fsdpskip.
-// `generator`: normal_'s and uniform_'s argument, for skipped().
+// normal_ and uniform_ pass `generator`, the variable their `run` reads the
+// generator argument from: the stand-in run is given the plugin's copy of
+// it (the original may move from the argument it gets), so that skipped()
+// and a run on self still see the caller's.
 template <typename Run>
 inline void* carry_out(fsdpskip_verdict verdict, const fsdpskip_plugin* plugin, fsdpskip_kernel kernel, void* self,
-                       Run run, const void* generator = nullptr) {
+                       Run run, void** generator = nullptr) {
   switch (verdict) {
     case FSDPSKIP_SKIP:
     case FSDPSKIP_ZERO_LAZILY: {
       void* stand_in = plugin->stand_in_like(self, 0);
-      if (stand_in == nullptr) return run(self);
+      void* callers = generator ? *generator : nullptr;
+      void* copy = callers ? plugin->stand_in_generator(callers) : nullptr;
+      if (stand_in == nullptr || (callers && copy == nullptr)) return run(self);
+      if (callers) *generator = copy;
       run(stand_in);
-      bool done = verdict == FSDPSKIP_SKIP ? plugin->skipped(kernel, self, generator) : plugin->zero_lazily(self);
+      if (callers) *generator = callers;
+      bool done = verdict == FSDPSKIP_SKIP ? plugin->skipped(kernel, self, callers) : plugin->zero_lazily(self);
       return done ? self : run(self);
     }
     case FSDPSKIP_AUDIT: {
@@ -73,7 +80,7 @@ struct Random {
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self, a, b, generator);
     return carry_out(plugin->decide_init(kernel, self, generator), plugin, kernel, self,
-                     [&](void* t) { return fn(t, a, b, generator); }, generator);
+                     [&](void* t) { return fn(t, a, b, generator); }, &generator);
   }
   static void* forward(void* self, double a, double b, void* generator) {
     if (__builtin_expect(routed(), 0)) return active(self, a, b, generator);

@@ -165,6 +165,13 @@ const fsdpskip_plugin kPlugin = {
         return &stand_ins[slot];
       });
     },
+    [](const void* generator) noexcept -> void* {
+      return guarded("stand_in_generator", static_cast<void*>(nullptr), [&]() -> void* {
+        thread_local compat::GeneratorArgument copy;
+        copy = *generator_argument(generator);
+        return &copy;
+      });
+    },
     [](fsdpskip_kernel kernel, void* self, const void* generator) noexcept {
       return guarded("skipped", false, [&] {
         return Tracker::instance().skipped(kernel, tensor(self), generator_argument(generator)), true;

@@ -20,6 +20,9 @@ uint32_t twist(uint32_t upper, uint32_t lower) {
 // MT19937's regeneration of all 624 words (what the engine does once every
 // 624 outputs). Each loop reads only words it has not written yet, or
 // written 227 words earlier, so the compiler vectorises them.
+#if defined(__x86_64__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 __attribute__((optimize("O3"))) void regenerate(uint32_t* state) {
   int i = 0;
   for (; i < kStateWords - kShift; ++i) state[i] = state[i + kShift] ^ twist(state[i], state[i + 1]);
@@ -81,13 +84,15 @@ bool matches(fsdpskip_kernel kernel, c10::ScalarType dtype, Rule rule) {
 const Rules& rules() {
   static const Rules found = [] {
     Rules rules;
-    t_probing = true;
+    struct Probing {  // reset however the probe ends (an allocation may throw: then the next count probes again)
+      Probing() { t_probing = true; }
+      ~Probing() { t_probing = false; }
+    } probing;
     for (int i = 0; i < kDrawnCount; ++i) {
       if (matches(FSDPSKIP_UNIFORM, kDrawn[i], Rule::kUniform)) rules.uniform[i] = Rule::kUniform;
       for (Rule rule : {Rule::kNormalEveryValue, Rule::kNormalWholeBlocks})
         if (!rules.normal[i] && matches(FSDPSKIP_NORMAL, kDrawn[i], rule)) rules.normal[i] = rule;
     }
-    t_probing = false;
     return rules;
   }();
   return found;

@@ -433,6 +433,9 @@ void Tracker::note_unreproduced() {
     if (known.generator.lock() == generator) return;
   unreproduced_.push_back({c10::weak_intrusive_ptr<c10::GeneratorImpl>(generator), generator->current_seed()});
   unreproduced_count_.fetch_add(1);
+  if (say_ != nullptr && log_level_ >= FSDPSKIP_LOG_DEBUG)
+    say_(FSDPSKIP_MESSAGE_DEBUG, "any() answered on skipped values after a skipped random init (trunc_normal_'s "
+                                 "rejection test): that generator's later draws differ from a run without fsdpskip");
 }
 
 void Tracker::zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out) {

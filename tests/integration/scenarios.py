@@ -2,6 +2,7 @@
 digests and facts; the tests run it without the preload, on local rank 0 and
 on local rank 1, and compare."""
 import concurrent.futures
+import inspect
 import json
 import os
 import sys
@@ -65,6 +66,27 @@ INITS = {
     "uniform_": nn.init.uniform_,
     "trunc_normal_": lambda p: nn.init.trunc_normal_(p, std=0.02),
 }
+
+
+def generators_after_inits():
+    """Every nn.init function (trunc_normal_ while it is a chain of kernels:
+    up to torch 2.11) on fp32, bf16 and fp64 parameters, the module defaults,
+    transformers' _init_weights, and inits drawing from a passed generator
+    (a whole parameter and a strided view of one): where the default and the
+    passed generator stand afterwards, and what each draws next."""
+    chain = "erfinv" in inspect.getsource(nn.init)
+    kept = [hf_model(), small_model()]  # hf_model seeds the default generator
+    own = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        for name, init in INITS.items():
+            if name != "trunc_normal_" or (chain and dtype != torch.bfloat16):
+                kept.append(nn.Parameter(torch.empty(33, 47, dtype=dtype)))
+                init(kept[-1])
+        kept.append(nn.Parameter(torch.empty(40, 41, dtype=dtype)))
+        kept[-1].data.normal_(generator=own)
+        kept[-1].data[:, :5].uniform_(generator=own)
+    return {"default": digest(torch.get_rng_state()), "passed": digest(own.get_state()),
+            "default_next": digest(torch.rand(16)), "passed_next": digest(torch.rand(16, generator=own))}
 
 
 def nn_init():

@@ -238,13 +238,18 @@ def test_a_child_forked_while_a_thread_holds_the_linkers_lock_calls_into_torch(v
 # without fsdpskip. The decisions fail as they start: every init then runs;
 # `stand_in_like`, likewise, after the verdict to skip; `skipped:allocation`
 # at its first allocation, after the stand-in ran: the init then runs on the
-# parameter itself; `zero_lazily` after a lazy zero's stand-in; and
+# parameter itself; `stand_in_generator` (a random init's copy of its
+# generator argument) before the stand-in runs: the init runs on self; `zero_lazily` after a lazy zero's stand-in; and
 # `zeros_produced:allocation` after a comparison was answered: the
 # comparison then runs.
 @pytest.mark.parametrize("fault, scenario, expected", [
     ("decide_init,decide_fill", "hf_init_weights", "plain"),
     ("stand_in_like", "hf_init_weights", "plain"),
     ("skipped:allocation", "hf_init_weights", "plain"),
+    # A run on self after the stand-in's: it draws from the caller's generator
+    # argument, which the stand-in run (given a copy) cannot have moved from.
+    ("skipped:allocation", "generators_after_inits", "plain"),
+    ("stand_in_generator", "generators_after_inits", "plain"),
     ("zero_lazily", "not_parameters", "plain"),
     ("zeros_produced:allocation", "rejection_sampling", "active"),
 ])
@@ -264,4 +269,5 @@ def test_a_callback_that_fails_inside_leaves_the_call_as_without_fsdpskip(fault,
     # without the fault leaves pending (its never-synced parameters), or nothing.
     pending = int(re.search(r"pending (\d+)", summary[0]).group(1))
     usual = re.search(r"pending (\d+)", active_done.stderr)
-    assert pending == (0 if scenario == "hf_init_weights" else int(usual.group(1))), (summary, active_done.stderr)
+    assert pending == (0 if scenario in ("hf_init_weights", "generators_after_inits") else int(usual.group(1))), (
+        summary, active_done.stderr)

@@ -32,6 +32,17 @@ def test_every_nn_init_function_is_skipped():
     assert all(facts["zero"] for facts in rank1.values())
 
 
+def test_a_skipping_ranks_generators_end_where_they_would_without_it():
+    """A skipped init advances the generator it would have drawn from by the
+    draws it would have made: after every init style, dtype and a passed
+    generator, rank 1's generators and their next draws are bitwise those of
+    the run without the preload (and rank 1 did skip)."""
+    plain, rank0, rank1, done1 = three_ways("generators_after_inits")
+    assert rank0 == plain and rank1 == plain, (plain, rank1)
+    summary = summary_lines(done1.stderr, 1)
+    assert len(summary) == 1 and "normal_" in summary[0] and "uniform_" in summary[0], done1.stderr
+
+
 def test_noise_buffers_and_activations_are_bitwise_unchanged():
     plain, rank0, rank1, _ = three_ways("not_parameters")
     assert rank0 == plain

@@ -131,9 +131,11 @@ std::string script_text(const Script& script) {
 void check_kernel(const Row& row, const char* decision, const void* decision_argument,
                   const std::function<at::Tensor&(at::Tensor&)>& call,
                   const std::function<void(const Calls&, const void*, int)>& original, bool random = false) {
-  for (const Script& script : scripts({{FSDPSKIP_RUN}, {FSDPSKIP_SKIP}, {FSDPSKIP_ZERO_LAZILY}, {FSDPSKIP_AUDIT},
-                                        {FSDPSKIP_SKIP, "stand_in_like"}, {FSDPSKIP_SKIP, "skipped"},
-                                        {FSDPSKIP_ZERO_LAZILY, "zero_lazily"}})) {
+  std::vector<Script> all = {{FSDPSKIP_RUN}, {FSDPSKIP_SKIP}, {FSDPSKIP_ZERO_LAZILY}, {FSDPSKIP_AUDIT},
+                             {FSDPSKIP_SKIP, "stand_in_like"}, {FSDPSKIP_SKIP, "skipped"},
+                             {FSDPSKIP_ZERO_LAZILY, "zero_lazily"}};
+  if (random) all.push_back({FSDPSKIP_SKIP, "stand_in_generator"});
+  for (const Script& script : scripts(all)) {
     SCOPED_TRACE(script_text(script));
     at::Tensor self;
     Calls calls(script.verdict, script.failing);
@@ -144,6 +146,13 @@ void check_kernel(const Row& row, const char* decision, const void* decision_arg
     Expected done = skip ? Expected{"skipped", row.kernel, {&self}} : Expected{"zero_lazily", -1, {&self}};
     if (skip) done.pointers.push_back(random ? decision_argument : nullptr);
     Expected stand_in{"stand_in_like", 0, {&self}};
+    // normal_ and uniform_: the stand-in run gets a copy of the generator argument.
+    std::vector<Expected> stand_ins{stand_in};
+    if (random) stand_ins.push_back({"stand_in_generator", -1, {decision_argument}});
+    auto then = [&](std::vector<Expected> before, std::vector<Expected> after) {
+      before.insert(before.end(), after.begin(), after.end());
+      return before;
+    };
     switch (script.verdict) {
       case FSDPSKIP_SKIP:
       case FSDPSKIP_ZERO_LAZILY:
@@ -151,17 +160,18 @@ void check_kernel(const Row& row, const char* decision, const void* decision_arg
           // Run on a stand-in (torch's own argument checks), then done by the plugin.
           original(calls, calls.stand_in(0), 1);
           EXPECT_EQ(&result, &self);
-          calls.plugin({decided, stand_in, done});
-        } else if (script.failing == std::string("stand_in_like")) {
-          // No stand-in: the call runs on self, as without fsdpskip.
+          calls.plugin(then(then({decided}, stand_ins), {done}));
+        } else if (script.failing == std::string("stand_in_like") ||
+                   script.failing == std::string("stand_in_generator")) {
+          // No stand-in, or no copy of the generator: the call runs on self, as without fsdpskip.
           original(calls, &self, 1);
           EXPECT_EQ(&result, shape_original_tensor_result());
-          calls.plugin({decided, stand_in});
+          calls.plugin(then({decided}, stand_ins));
         } else {
           // The plugin failed after the stand-in ran: the call runs on self too.
           original(calls, &self, 2);
           EXPECT_EQ(&result, shape_original_tensor_result());
-          calls.plugin({decided, stand_in, done});
+          calls.plugin(then(then({decided}, stand_ins), {done}));
         }
         break;
       case FSDPSKIP_AUDIT:

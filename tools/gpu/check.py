@@ -4,9 +4,11 @@ this): fsdpskip with CUDA parameters and NCCL, on PyPI's CUDA torch.
 Each step runs in fresh processes under the preload (FSDPSKIP=on, local rank
 1, a JSON report per process) and, where a comparison proves the check can
 fail, without it:
-  a. init_on_cuda       a model built on cuda launches no init kernels for its
-                        parameters (torch.profiler) and every parameter reads
-                        as zeros (zeroed on the current stream)
+  a. init_on_cuda       a model built on cuda: its random inits run (fsdpskip
+                        does not derive a CUDA kernel's Philox offset), so the
+                        CUDA generator and those weights are bitwise as
+                        without fsdpskip; its zero_/fill_ inits are skipped
+                        and read as zeros (zeroed on the current stream)
   b. nccl_broadcast     a world-size-1 NCCL broadcast into a skipped parameter
                         resolves it (pending 0)
   c. two_ranks_gloo     two ranks sharing the GPU over gloo: rank 1's CUDA
@@ -52,13 +54,12 @@ def build_model(seed=0):
 
 def init_on_cuda(args):
     import torch
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        model = build_model()
-    names = {event.key for event in prof.key_averages()}
-    init = sorted(n for n in names if any(k in n.lower() for k in ("distribution", "normal", "uniform", "erfinv")))
-    return {"init_kernels": init, "kernels": len(names), "parameters": len(list(model.parameters())),
-            "all_zero": all(bool((p == 0).all()) for p in model.parameters()),
+    import torch.nn as nn
+    model = build_model()
+    drawn = [m.weight for m in model if isinstance(m, (nn.Linear, nn.Embedding))]
+    filled = [p for p in model.parameters() if all(p is not weight for weight in drawn)]
+    return {"cuda_rng": digest(torch.cuda.get_rng_state()), "drawn": [digest(p) for p in drawn],
+            "filled": len(filled), "filled_zero": all(bool((p == 0).all()) for p in filled),
             "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
 
 
@@ -74,7 +75,7 @@ def nccl_broadcast(args):
     import torch.nn as nn
     dist = init_group("nccl", 0, 1)
     param = nn.Parameter(torch.empty(1 << 20, device="cuda"))
-    nn.init.normal_(param)
+    nn.init.ones_(param)  # skipped under the preload (a random init on CUDA runs)
     dist.broadcast(param.data, src=0)
     torch.cuda.synchronize()
     dist.destroy_process_group()  # a live group can abort the exit (pytorch #190489)
@@ -152,7 +153,7 @@ def record_stream(args):
 
     def parameter():
         param = nn.Parameter(torch.empty(elements, device="cuda"))
-        nn.init.normal_(param)  # skipped under the preload: its storage is tagged
+        nn.init.ones_(param)  # skipped under the preload: its storage is tagged
         return param.data
 
     def plain():
@@ -211,13 +212,14 @@ def judge_init_on_cuda(runner):
     plain, _ = runner.run("init_on_cuda", False)
     skipped, _ = runner.run("init_on_cuda", True)
     report = runner.report("init_on_cuda")
-    ok = (bool(plain["init_kernels"]) and not skipped["init_kernels"] and skipped["all_zero"]
-          and report["bytes_left_unzeroed"] == 0 and report["storages_skipped"] == skipped["parameters"])
-    return ok, ("init kernels without fsdpskip: %d, with: %d %s; %d parameters read as zeros: %s; "
-                "bytes_left_unzeroed %d" % (len(plain["init_kernels"]), len(skipped["init_kernels"]),
-                                            skipped["init_kernels"][:3], skipped["parameters"], skipped["all_zero"],
-                                            report["bytes_left_unzeroed"])), {"plain": plain, "skipped": skipped,
-                                                                              "report": report}
+    ok = (skipped["cuda_rng"] == plain["cuda_rng"] and skipped["drawn"] == plain["drawn"] and skipped["all_finite"]
+          and skipped["filled_zero"] and not plain["filled_zero"] and report["storages_skipped"] == skipped["filled"]
+          and report["bytes_left_unzeroed"] == 0)
+    return ok, ("CUDA generator as without fsdpskip: %s; random inits equal: %s; %d zero_/fill_ inits skipped, "
+                "read as zeros: %s; bytes_left_unzeroed %d" % (
+                    skipped["cuda_rng"] == plain["cuda_rng"], skipped["drawn"] == plain["drawn"],
+                    report["storages_skipped"], skipped["filled_zero"], report["bytes_left_unzeroed"])), \
+        {"plain": plain, "skipped": skipped, "report": report}
 
 
 def judge_nccl_broadcast(runner):
