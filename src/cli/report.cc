@@ -67,7 +67,7 @@ void read_report(const fs::path& path, Gathered* gathered) {
     const ReportKey& row = *kCounterRows.rows[c];
     const json* value = field(report, row.key);
     if (value == nullptr && row.since > version) {
-      report[row.key] = 0;
+      report[row.key] = uint64_t{0};
     } else if (value == nullptr || !value->is_number_unsigned()) {
       gathered->problems.push_back(path.string() + ": \"" + row.key + "\" is missing or not a count");
       return;

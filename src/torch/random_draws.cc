@@ -3,7 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/DistributionsHelper.h>
 #include <ATen/ops/empty.h>
+#include <pthread.h>
 
+#include <atomic>
 #include <mutex>
 
 namespace fsdpskip {
@@ -62,40 +64,60 @@ thread_local bool t_probing = false;
 // Which rule the running torch follows, per kernel and dtype, found once by
 // running its kernels on a few sizes on a scratch generator and comparing
 // with each rule's advance; none where no rule matches every size (a torch
-// whose kernels changed again): such calls are not skipped.
+// whose kernels changed again), or where the kernel refused: such calls are
+// not skipped.
 struct Rules {
   std::optional<Rule> normal[kDrawnCount], uniform[kDrawnCount];
 };
 
 bool matches(fsdpskip_kernel kernel, c10::ScalarType dtype, Rule rule) {
-  for (int64_t size : {16, 17, 31, 33, 100, 1000}) {
-    at::Generator ran = at::make_generator<at::CPUGeneratorImpl>(20261201);
-    at::Generator advanced = at::make_generator<at::CPUGeneratorImpl>(20261201);
-    at::Tensor t = at::empty({size}, at::TensorOptions().dtype(dtype));
-    if (kernel == FSDPSKIP_NORMAL) t.normal_(0.0, 1.0, ran);
-    else t.uniform_(0.0, 1.0, ran);
-    advance(advanced, count(rule, size) * (dtype == c10::kDouble ? 2 : 1));
-    at::Tensor a = ran.get_state(), b = advanced.get_state();
-    if (!a.equal(b)) return false;
+  try {
+    for (int64_t size : {16, 17, 31, 33, 100, 1000}) {
+      at::Generator ran = at::make_generator<at::CPUGeneratorImpl>(20261201);
+      at::Generator advanced = at::make_generator<at::CPUGeneratorImpl>(20261201);
+      at::Tensor t = at::empty({size}, at::TensorOptions().dtype(dtype));
+      if (kernel == FSDPSKIP_NORMAL) t.normal_(0.0, 1.0, ran);
+      else t.uniform_(0.0, 1.0, ran);
+      advance(advanced, count(rule, size) * (dtype == c10::kDouble ? 2 : 1));
+      if (!ran.get_state().equal(advanced.get_state())) return false;
+    }
+    return true;
+  } catch (const std::exception&) {
+    return false;
   }
-  return true;
 }
 
-const Rules& rules() {
-  static const Rules found = [] {
-    Rules rules;
-    struct Probing {  // reset however the probe ends (an allocation may throw: then the next count probes again)
-      Probing() { t_probing = true; }
-      ~Probing() { t_probing = false; }
-    } probing;
-    for (int i = 0; i < kDrawnCount; ++i) {
-      if (matches(FSDPSKIP_UNIFORM, kDrawn[i], Rule::kUniform)) rules.uniform[i] = Rule::kUniform;
-      for (Rule rule : {Rule::kNormalEveryValue, Rule::kNormalWholeBlocks})
-        if (!rules.normal[i] && matches(FSDPSKIP_NORMAL, kDrawn[i], rule)) rules.normal[i] = rule;
-    }
-    return rules;
+// The probe runs once, on the first thread that counts; another thread
+// counting meanwhile gets no count (its call runs). Not a function-local
+// static: a child forked during the probe would wait on its guard forever;
+// here the child starts over.
+enum ProbeState { kUnprobed, kProbing, kProbed };
+std::atomic<int> g_probe_state{kUnprobed};
+Rules g_rules;
+
+const Rules* rules() {
+  int state = g_probe_state.load(std::memory_order_acquire);
+  if (state == kProbed) return &g_rules;
+  if (state == kProbing || !g_probe_state.compare_exchange_strong(state, kProbing, std::memory_order_acquire))
+    return nullptr;
+  static const bool registered = [] {
+    return pthread_atfork(nullptr, nullptr, [] {
+      int probing = kProbing;
+      g_probe_state.compare_exchange_strong(probing, kUnprobed);
+    }) == 0;
   }();
-  return found;
+  (void)registered;
+  struct Probing {  // reset however the probe ends
+    Probing() { t_probing = true; }
+    ~Probing() { t_probing = false; }
+  } probing;
+  for (int i = 0; i < kDrawnCount; ++i) {
+    if (matches(FSDPSKIP_UNIFORM, kDrawn[i], Rule::kUniform)) g_rules.uniform[i] = Rule::kUniform;
+    for (Rule rule : {Rule::kNormalEveryValue, Rule::kNormalWholeBlocks})
+      if (!g_rules.normal[i] && matches(FSDPSKIP_NORMAL, kDrawn[i], rule)) g_rules.normal[i] = rule;
+  }
+  g_probe_state.store(kProbed, std::memory_order_release);
+  return &g_rules;
 }
 
 }  // namespace
@@ -111,7 +133,9 @@ std::optional<uint64_t> random_draws(fsdpskip_kernel kernel, const at::Tensor& s
     return std::nullopt;  // torch raises for these, or draws through a path not read here
   uint64_t values = static_cast<uint64_t>(self.numel()) * (complex ? 2 : 1);
   if (kernel == FSDPSKIP_NORMAL && (values < 16 || !self.is_contiguous())) return std::nullopt;  // Box-Muller
-  const std::optional<Rule>& rule = kernel == FSDPSKIP_NORMAL ? rules().normal[drawn] : rules().uniform[drawn];
+  const Rules* found = rules();
+  if (found == nullptr) return std::nullopt;  // being probed on another thread
+  const std::optional<Rule>& rule = kernel == FSDPSKIP_NORMAL ? found->normal[drawn] : found->uniform[drawn];
   if (!rule) return std::nullopt;
   return count(*rule, values) * (kDrawn[drawn] == c10::kDouble ? 2 : 1);
 }
@@ -132,6 +156,13 @@ void discard_draws(at::mt19937_data_pod& state, uint64_t draws) {
   uint64_t read = 1 + after_first % kStateWords;  // of the last regeneration's words
   state.left_ = kStateWords + 1 - static_cast<int>(read);
   state.next_ = static_cast<uint32_t>(read);
+}
+
+bool freshly_seeded(const at::Generator& generator) {
+  auto* cpu = at::check_generator<at::CPUGeneratorImpl>(generator);
+  std::lock_guard<std::mutex> lock(cpu->mutex_);
+  at::mt19937_data_pod state = cpu->engine().data();
+  return state.left_ == 1 && state.next_ == 0;
 }
 
 at::Generator cpu_generator(const compat::GeneratorArgument& argument) {

@@ -15,7 +15,8 @@
 // Which rule the running torch follows is not taken on trust: the first
 // count runs its kernels on a few sizes per dtype on a scratch generator and
 // keeps, per kernel and dtype, the rule whose advance matched every size; a
-// kernel no rule matches is never skipped.
+// kernel no rule matches (or that refused) is never skipped, nor is a call
+// counted on another thread while the probe runs.
 // normal_ on anything else takes a scalar Box-Muller path that caches its
 // second sample in the generator, a value only the draws themselves give:
 // such a call has no count and is never skipped (a tensor under 16
@@ -50,6 +51,10 @@ void discard_draws(at::mt19937_data_pod& state, uint64_t draws);
 // the default CPU generator. Throws what torch's kernel would for another
 // device's generator.
 at::Generator cpu_generator(const compat::GeneratorArgument& argument);
+
+// True when `generator` (a CPU generator) has drawn nothing since it was
+// seeded: a torch.manual_seed since any earlier state.
+bool freshly_seeded(const at::Generator& generator);
 
 // Advances `generator` (a CPU generator) by `draws` outputs, under its lock.
 void advance(const at::Generator& generator, uint64_t draws);

@@ -285,20 +285,32 @@ fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& 
 void Tracker::warn_if_unreproduced(fsdpskip_kernel kernel, const at::Tensor& self,
                                    const compat::GeneratorArgument& argument) {
   if (!self.device().is_cpu()) return;
-  at::Generator generator = cpu_generator(argument);
+  std::optional<at::Generator> generator;
+  try {
+    generator = cpu_generator(argument);
+  } catch (const std::exception&) {
+    return;  // another device's generator: the kernel raises torch's own error
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = unreproduced_.begin(); it != unreproduced_.end(); ++it) {
+  for (auto it = unreproduced_.begin(); it != unreproduced_.end();) {
     c10::intrusive_ptr<c10::GeneratorImpl> held = it->generator.lock();
-    if (held.get() != generator.unsafeGetGeneratorImpl()) continue;
-    bool reseeded = generator.current_seed() != it->seed;
-    unreproduced_.erase(it);
+    if (held && held.get() != generator->unsafeGetGeneratorImpl()) {
+      ++it;
+      continue;
+    }
+    // This generator, or one that ended: either way its entry goes.
+    bool ours = static_cast<bool>(held);
+    bool reseeded = ours && (generator->current_seed() != it->seed || freshly_seeded(*generator));
+    it = unreproduced_.erase(it);
     unreproduced_count_.fetch_sub(1);
+    if (!ours) continue;
     if (reseeded || say_ == nullptr) return;
     std::string line = std::string(kernel_name(kernel)) +
-                       " draws from a generator that is not where it would be without fsdpskip: trunc_normal_'s "
-                       "rejection sampling (torch 2.12 and later) redraws as many values as fall outside its bounds, "
-                       "and the values it tested were skipped; what this generator draws now differs from a run "
-                       "without fsdpskip (reseed it after rank 0's values arrive, torch.manual_seed)";
+                       " draws from a generator that may not be where it would be without fsdpskip: trunc_normal_'s "
+                       "rejection sampling (torch 2.12 and later) redraws the values outside its bounds, and the "
+                       "values it tested were skipped (with bounds beyond about 6 standard deviations nothing is "
+                       "redrawn, and then it is exact); reseed it after rank 0's values arrive (torch.manual_seed) "
+                       "to draw as without fsdpskip";
     say_(FSDPSKIP_MESSAGE_WARNING, line.c_str());
     return;
   }

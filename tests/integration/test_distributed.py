@@ -16,7 +16,7 @@ measures_memory = pytest.mark.skipif(SANITIZED, reason="ASan's allocator commits
 
 # Up to torch 2.11, trunc_normal_ is uniform_ then in-place erfinv_, mul_,
 # add_, clamp_; torch 2.12 made it rejection sampling.
-TRUNC_NORMAL_IS_A_CHAIN = "erfinv" in inspect.getsource(torch.nn.init)
+TRUNC_NORMAL_IS_A_CHAIN = "erfinv" in inspect.getsource(torch.nn.init._no_grad_trunc_normal_)
 
 
 def job(tmp_path, *args, preload=True, **variables):
@@ -59,7 +59,7 @@ def test_rank1s_generator_ends_where_it_would_without_fsdpskip(tmp_path, style):
     done, ranks = job(tmp_path, *args, FSDPSKIP="on")
     line = summary(done)
     assert counts(line)["overwrite"] > 0 and counts(line)["pending"] == 0, line
-    warned = [said for said in said_by_fsdpskip(rank_lines(done, 1)) if "not where it would be" in said]
+    warned = [said for said in said_by_fsdpskip(rank_lines(done, 1)) if "may not be where it would be" in said]
     if style == "trunc" and not TRUNC_NORMAL_IS_A_CHAIN:
         assert len(warned) == 1 and "warning" in warned[0], done.stderr[-3000:]
         assert "rejection tests answered" in line, line
