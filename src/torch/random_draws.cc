@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <thread>
 
 namespace fsdpskip {
 namespace {
@@ -88,28 +89,37 @@ bool matches(fsdpskip_kernel kernel, c10::ScalarType dtype, Rule rule) {
 }
 
 // The probe runs once, on the first thread that counts; another thread
-// counting meanwhile gets no count (its call runs). Not a function-local
-// static: a child forked during the probe would wait on its guard forever;
-// here the child starts over.
+// counting meanwhile waits for it (a few milliseconds, holding none of our
+// locks), so that every thread skips alike. Not a function-local static: a
+// child forked during the probe would wait on its guard forever; here the
+// child starts over.
 enum ProbeState { kUnprobed, kProbing, kProbed };
 std::atomic<int> g_probe_state{kUnprobed};
 Rules g_rules;
+// Registered when the plugin loads, before any probe can start.
+[[maybe_unused]] const int g_probe_reset_in_child = pthread_atfork(nullptr, nullptr, [] {
+  int probing = kProbing;
+  g_probe_state.compare_exchange_strong(probing, kUnprobed);
+});
 
-const Rules* rules() {
+const Rules& rules() {
   int state = g_probe_state.load(std::memory_order_acquire);
-  if (state == kProbed) return &g_rules;
-  if (state == kProbing || !g_probe_state.compare_exchange_strong(state, kProbing, std::memory_order_acquire))
-    return nullptr;
-  static const bool registered = [] {
-    return pthread_atfork(nullptr, nullptr, [] {
-      int probing = kProbing;
-      g_probe_state.compare_exchange_strong(probing, kUnprobed);
-    }) == 0;
-  }();
-  (void)registered;
-  struct Probing {  // reset however the probe ends
+  for (;;) {
+    if (state == kProbed) return g_rules;
+    if (state == kProbing) {
+      std::this_thread::yield();
+      state = g_probe_state.load(std::memory_order_acquire);
+    } else if (g_probe_state.compare_exchange_weak(state, kProbing, std::memory_order_acquire)) {
+      break;
+    }
+  }
+  struct Probing {  // whatever escapes, the waiting threads go on (and one probes again)
     Probing() { t_probing = true; }
-    ~Probing() { t_probing = false; }
+    ~Probing() {
+      t_probing = false;
+      int unfinished = kProbing;
+      g_probe_state.compare_exchange_strong(unfinished, kUnprobed, std::memory_order_release);
+    }
   } probing;
   for (int i = 0; i < kDrawnCount; ++i) {
     if (matches(FSDPSKIP_UNIFORM, kDrawn[i], Rule::kUniform)) g_rules.uniform[i] = Rule::kUniform;
@@ -117,7 +127,7 @@ const Rules* rules() {
       if (!g_rules.normal[i] && matches(FSDPSKIP_NORMAL, kDrawn[i], rule)) g_rules.normal[i] = rule;
   }
   g_probe_state.store(kProbed, std::memory_order_release);
-  return &g_rules;
+  return g_rules;
 }
 
 }  // namespace
@@ -133,9 +143,9 @@ std::optional<uint64_t> random_draws(fsdpskip_kernel kernel, const at::Tensor& s
     return std::nullopt;  // torch raises for these, or draws through a path not read here
   uint64_t values = static_cast<uint64_t>(self.numel()) * (complex ? 2 : 1);
   if (kernel == FSDPSKIP_NORMAL && (values < 16 || !self.is_contiguous())) return std::nullopt;  // Box-Muller
-  const Rules* found = rules();
-  if (found == nullptr) return std::nullopt;  // being probed on another thread
-  const std::optional<Rule>& rule = kernel == FSDPSKIP_NORMAL ? found->normal[drawn] : found->uniform[drawn];
+  if (t_probing) return std::nullopt;  // the probe's own calls run
+  const Rules& found = rules();
+  const std::optional<Rule>& rule = kernel == FSDPSKIP_NORMAL ? found.normal[drawn] : found.uniform[drawn];
   if (!rule) return std::nullopt;
   return count(*rule, values) * (kDrawn[drawn] == c10::kDouble ? 2 : 1);
 }
