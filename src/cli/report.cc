@@ -143,6 +143,8 @@ int report(const ReportOptions& options) {
       reasons.push_back(who + ": " + std::to_string(pending_here) + " storage(s) pending: never received rank 0's data");
     if (calls_here && !flag_field(r, "loading_ended", false))
       notes.push_back(who + ": skipped inits but saw no broadcast from rank 0");
+    if (!calls_here && !number(r, key(Counter::lazy_zero_calls)) && number(r, key(Counter::storages_tagged)))
+      notes.push_back(who + ": nothing skipped: " + kNothingSkippedReason);
   }
   bool pass = reasons.empty();
 

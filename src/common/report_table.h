@@ -7,7 +7,7 @@
 namespace fsdpskip {
 
 inline constexpr const char kReportSchema[] = "fsdpskip-report";
-inline constexpr int kReportSchemaVersion = 2;  // 2: draws_unreproduced
+inline constexpr int kReportSchemaVersion = 2;  // 2: draws_unreproduced, storages_tagged
 inline constexpr int kOldestReportSchemaVersion = 1;
 
 enum class Counter {
@@ -58,6 +58,12 @@ inline constexpr int kCounterCount = kCounterRows.count;
 
 inline const ReportKey& counter_row(Counter counter) { return *kCounterRows.rows[static_cast<int>(counter)]; }
 inline const char* key(Counter counter) { return counter_row(counter).key; }
+
+// Why a rank that tagged parameters skipped nothing: the summary at exit and
+// `fsdpskip report` say it after "nothing skipped: ".
+inline constexpr const char kNothingSkippedReason[] =
+    "its parameters were most likely loaded rather than initialised (transformers >= 5.23 reads the checkpoint on "
+    "every rank): fsdpskip has nothing to save here";
 
 // The counters of one process, indexed by Counter.
 struct Counters {

@@ -96,6 +96,9 @@ void finish() {
   bool acted = calls || stats[Counter::lazy_zero_calls] || stats[Counter::storages_skipped] || !pending.empty() ||
                stats[Counter::internal_errors];
   say(acted ? FSDPSKIP_MESSAGE_SUMMARY : FSDPSKIP_MESSAGE_DEBUG, summary_line(context, stats, audit));
+  // One that tagged parameters and skipped none says why at the default level.
+  if (!acted && stats[Counter::storages_tagged])
+    say(FSDPSKIP_MESSAGE_SUMMARY, nothing_skipped_line(context, stats));
   for (const SkipSite& site : pending) say(FSDPSKIP_MESSAGE_PENDING, pending_line(site));
   if (stats[Counter::storages_skipped] && !stats.loading_ended)
     say(FSDPSKIP_MESSAGE_ADVICE, "parameter inits were skipped but no broadcast from rank 0 was seen; make sure "

@@ -114,6 +114,13 @@ std::string summary_line(const ReportContext& context, const Stats& stats, bool 
   return line;
 }
 
+std::string nothing_skipped_line(const ReportContext& context, const Stats& stats) {
+  return format("local rank %d pid %d: nothing skipped: %llu parameter storages tagged, none initialised before rank "
+                "0's data arrived; %s",
+                context.host->local_rank, context.pid,
+                static_cast<unsigned long long>(stats[Counter::storages_tagged]), kNothingSkippedReason);
+}
+
 std::string pending_line(const SkipSite& site) {
   std::string line = format("pending storage %s %s on %s, %s: skipped (%s) and never received rank 0's data",
                             site.shape.c_str(), site.dtype.c_str(), site.device.c_str(),

@@ -12,6 +12,8 @@ namespace fsdpskip {
 // The line at exit (without the sink's "fsdpskip: " prefix): the calls per
 // kernel, then report.def's summary fragments.
 std::string summary_line(const ReportContext& context, const Stats& stats, bool audit);
+// What a rank that tagged parameters and skipped none says instead.
+std::string nothing_skipped_line(const ReportContext& context, const Stats& stats);
 // One pending storage: what it is and where it was skipped.
 std::string pending_line(const SkipSite& site);
 std::string report_json(const ReportContext& context, const Stats& stats,

@@ -212,12 +212,15 @@ bool Tracker::tag(c10::StorageImpl* storage) {
   if (storage == nullptr || !loading() || !enabled()) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   Record* record = find_locked(storage);
-  if (record == nullptr) record = track_locked(storage, Role::kParameter);
+  bool fresh = record == nullptr;
+  if (fresh) record = track_locked(storage, Role::kParameter);
   if (record != nullptr && record->role == Role::kDerived) {  // a mask's storage, reused for a parameter
     record->role = Role::kParameter;
     set_zeros_locked(*record, false);
+    fresh = true;
   }
   if (record == nullptr || record->role != Role::kParameter) return false;
+  if (fresh) ++stats_[Counter::storages_tagged];
   if (!tagged_any_.exchange(true)) log(FSDPSKIP_MESSAGE_DEBUG, "first tag:", storage);
   return true;
 }
@@ -545,10 +548,11 @@ void Tracker::zero_lazily(const at::Tensor& self) {
   size_t bytes;
   if (!contiguous_range(self, &begin, &bytes)) return;  // decide_init checked it: cannot happen
   // The CPU allocator's memory (decide_init checked): private anonymous pages.
-  Zeroed zeroed = loading() ? zero_range(begin, bytes, true) : zero_unresident(begin, bytes);
+  bool loading_now = loading();
+  Zeroed zeroed = loading_now ? zero_range(begin, bytes, true) : zero_unresident(begin, bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_[Counter::lazy_zero_calls];
-  stats_[Counter::lazy_zero_bytes_never_committed] += zeroed.released;
+  if (loading_now) stats_[Counter::lazy_zero_bytes_never_committed] += zeroed.released;
 }
 
 void Tracker::audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds) {

@@ -4,6 +4,7 @@ fixtures linked the ways that defeat interposition), and a relocated
 `cmake --install` tree."""
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -103,9 +104,9 @@ def test_two_rank_job_through_run_then_report(tmp_path):
     # The same report as schema version 1 wrote it (before draws_unreproduced): still read.
     with open(str(reports / "rank1.json")) as f:
         report = json.load(f)
-    assert report["schema_version"] == 2 and report["draws_unreproduced"] == 0
+    assert report["schema_version"] == 2 and report["draws_unreproduced"] == 0 and report["storages_tagged"] > 0
     report["schema_version"] = 1
-    del report["draws_unreproduced"]
+    del report["draws_unreproduced"], report["storages_tagged"]
     with open(str(reports / "rank1.json"), "w") as f:
         json.dump(report, f)
     older = json.loads(fsdpskip("report", "--json", str(reports)).stdout)
@@ -124,6 +125,32 @@ def test_report_fails_when_a_storage_is_pending(tmp_path):
     assert "FAIL:" in table.stdout and "pending" in table.stdout and "verdict: fail" in table.stdout
     gathered = json.loads(fsdpskip("report", "--json", str(tmp_path / "r-1.json")).stdout)
     assert gathered["verdict"] == "fail" and gathered["totals"]["pending"] > 0
+
+
+LOADED_NOT_INITIALISED = """
+import torch
+# Parameters whose values arrive by loading (a checkpoint read on every rank,
+# as transformers >= 5.23 does): tagged, never initialised in place.
+state = {"weight": torch.arange(4096.0), "bias": torch.ones(64)}
+parameters = [torch.nn.Parameter(t.clone()) for t in state.values()]
+print(float(sum(p.sum() for p in parameters)))
+"""
+
+
+def test_a_rank_that_loaded_its_parameters_says_nothing_was_skipped_and_why(tmp_path):
+    """One line at the default level, at exit and per rank in the report; the
+    program's output is as without fsdpskip."""
+    plain = run([PYTHON, "-c", LOADED_NOT_INITIALISED], preload=False)
+    done = run([PYTHON, "-c", LOADED_NOT_INITIALISED], FSDPSKIP="on", LOCAL_RANK="1",
+               FSDPSKIP_REPORT=str(tmp_path / "r-%l.json"))
+    assert done.returncode == 0 and done.stdout == plain.stdout, done.stderr
+    said = [line for line in done.stderr.splitlines() if "fsdpskip:" in line]
+    assert len(said) == 1 and re.match(r"fsdpskip: local rank 1 pid \d+: nothing skipped: 2 parameter storages "
+                                       r"tagged, none initialised .*most likely loaded", said[0]), said
+    assert summary_lines(done.stderr) == []
+    table = fsdpskip("report", str(tmp_path / "r-1.json"))
+    assert table.returncode == 0 and re.search(r"note: .* rank -1 pid \d+: nothing skipped: its parameters were "
+                                               r"most likely loaded", table.stdout), table.stdout
 
 
 @pytest.mark.parametrize("name,content,needle", [

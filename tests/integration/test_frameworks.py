@@ -64,14 +64,17 @@ def assert_rank1_costs_no_more(plain, ranks, result=lambda r: r):
 
 
 def rank1_summary(done, zeroed_placeholders):
-    """Rank 1's summary line ("" when it had nothing to say); nothing pending,
-    no error; where transformers made placeholders, they were zeroed lazily."""
+    """Rank 1's summary line ("" when it skipped nothing, and then it says
+    so, and why, in one line); nothing pending, no error; where transformers
+    made placeholders, they were zeroed lazily."""
     said = said_by_fsdpskip(rank_lines(done, 1))
     assert not any("error" in line for line in said), said
     summary = summary_lines("\n".join(said), 1)
     assert len(summary) <= 1 and all(line.endswith("pending 0") for line in summary), said
     if zeroed_placeholders:
         assert summary and "zeroed lazily" in summary[0], said
+    nothing = [line for line in said if re.match(r"fsdpskip: local rank 1 pid \d+: nothing skipped: \d+ parameter", line)]
+    assert len(nothing) == (0 if summary else 1), said
     return summary[0] if summary else ""
 
 

@@ -126,6 +126,34 @@ TEST(Tracker, LargeZeroPlaceholderIsZeroedWithoutCommittingPages) {
   EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, torch::ones({1024})), FSDPSKIP_RUN);
 }
 
+TEST(Tracker, LazyZeroBytesCountAsNeverCommittedOnlyWhileLoading) {
+  at::Tensor placeholder = torch::full({4 << 20}, 3.0f);
+  ASSERT_EQ(tracker().decide_init(FSDPSKIP_ZERO, placeholder), FSDPSKIP_ZERO_LAZILY);
+  tracker().zero_lazily(placeholder);
+  uint64_t loading_bytes = tracker().stats()[Counter::lazy_zero_bytes_never_committed];
+  EXPECT_GE(loading_bytes, placeholder.nbytes() - 2 * sysconf(_SC_PAGESIZE));
+  at::Tensor param = torch::empty({64});
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  receive(param);  // rank 0's data: loading ends
+  // A DDP bucket's zero_ after the sync: its fresh pages are released, but
+  // training writes them, so they are not counted as never committed.
+  at::Tensor bucket = torch::empty({4 << 20});
+  ASSERT_EQ(tracker().decide_init(FSDPSKIP_ZERO, bucket), FSDPSKIP_ZERO_LAZILY);
+  tracker().zero_lazily(bucket);
+  EXPECT_EQ(bucket.abs().sum().item<float>(), 0.0f);
+  Stats stats = tracker().stats();
+  EXPECT_EQ(stats[Counter::lazy_zero_calls], 2u);
+  EXPECT_EQ(stats[Counter::lazy_zero_bytes_never_committed], loading_bytes);
+}
+
+TEST(Tracker, EachTaggedStorageCountsOnce) {
+  at::Tensor first = torch::empty({64}), second = torch::empty({64});
+  ASSERT_TRUE(tracker().tag(storage(first)));
+  ASSERT_TRUE(tracker().tag(storage(first.view({8, 8}))));
+  ASSERT_TRUE(tracker().tag(storage(second)));
+  EXPECT_EQ(tracker().stats()[Counter::storages_tagged], 2u);
+}
+
 TEST(Tracker, ComparisonsOfZerosAreAnsweredWithoutCommittingTheirOutput) {
   at::Tensor param = torch::empty({4 << 20});
   ASSERT_TRUE(tracker().tag(storage(param)));
