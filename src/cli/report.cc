@@ -143,7 +143,9 @@ int report(const ReportOptions& options) {
       reasons.push_back(who + ": " + std::to_string(pending_here) + " storage(s) pending: never received rank 0's data");
     if (calls_here && !flag_field(r, "loading_ended", false))
       notes.push_back(who + ": skipped inits but saw no broadcast from rank 0");
-    if (!calls_here && !number(r, key(Counter::lazy_zero_calls)) && number(r, key(Counter::storages_tagged)))
+    Counters counters;
+    for (int c = 0; c < kCounterCount; ++c) counters.values[c] = number(r, kCounterRows.rows[c]->key);
+    if (had_nothing_to_save(calls_here, counters, flag_field(r, "loading_ended", false)))
       notes.push_back(who + ": nothing skipped: " + kNothingSkippedReason);
   }
   bool pass = reasons.empty();

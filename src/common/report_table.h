@@ -59,11 +59,6 @@ inline constexpr int kCounterCount = kCounterRows.count;
 inline const ReportKey& counter_row(Counter counter) { return *kCounterRows.rows[static_cast<int>(counter)]; }
 inline const char* key(Counter counter) { return counter_row(counter).key; }
 
-// Why a rank that tagged parameters skipped nothing: the summary at exit and
-// `fsdpskip report` say it after "nothing skipped: ".
-inline constexpr const char kNothingSkippedReason[] =
-    "its parameters were most likely loaded rather than initialised (transformers >= 5.23 reads the checkpoint on "
-    "every rank): fsdpskip has nothing to save here";
 
 // The counters of one process, indexed by Counter.
 struct Counters {
@@ -71,5 +66,18 @@ struct Counters {
   uint64_t& operator[](Counter counter) { return values[static_cast<int>(counter)]; }
   uint64_t operator[](Counter counter) const { return values[static_cast<int>(counter)]; }
 };
+
+// A rank that tagged parameters and then received rank 0's data, having
+// skipped no call and zeroed nothing lazily while loading: there was nothing
+// to save. The summary at exit and `fsdpskip report` say so, after "nothing
+// skipped: ", with this reason. Helpers that made a parameter or two never
+// see rank 0's data and stay quiet.
+inline bool had_nothing_to_save(uint64_t skipped_calls, const Counters& counters, bool loading_ended) {
+  return skipped_calls == 0 && counters[Counter::lazy_zero_bytes_never_committed] == 0 &&
+         counters[Counter::internal_errors] == 0 && counters[Counter::storages_tagged] != 0 && loading_ended;
+}
+inline constexpr const char kNothingSkippedReason[] =
+    "its parameters were most likely loaded rather than initialised (transformers >= 5.23 reads the checkpoint on "
+    "every rank) or made as small zeros placeholders: fsdpskip has nothing to save here";
 
 }  // namespace fsdpskip

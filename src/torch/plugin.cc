@@ -91,13 +91,13 @@ void finish() {
   ReportContext context{g_preload, hostname, getpid()};
   uint64_t calls = 0;
   for (uint64_t kernel_calls : stats.calls) calls += kernel_calls;
-  // A process that skipped nothing (a helper that made a parameter or two, a
-  // rank turned active too late) says so only at debug level.
+  // A process that did nothing (a helper that made a parameter or two, a
+  // rank turned active too late) says its summary only at debug level; a rank
+  // that had nothing to save says that, and why, at the default level.
   bool acted = calls || stats[Counter::lazy_zero_calls] || stats[Counter::storages_skipped] || !pending.empty() ||
                stats[Counter::internal_errors];
   say(acted ? FSDPSKIP_MESSAGE_SUMMARY : FSDPSKIP_MESSAGE_DEBUG, summary_line(context, stats, audit));
-  // One that tagged parameters and skipped none says why at the default level.
-  if (!acted && stats[Counter::storages_tagged])
+  if (had_nothing_to_save(calls, stats, stats.loading_ended))
     say(FSDPSKIP_MESSAGE_SUMMARY, nothing_skipped_line(context, stats));
   for (const SkipSite& site : pending) say(FSDPSKIP_MESSAGE_PENDING, pending_line(site));
   if (stats[Counter::storages_skipped] && !stats.loading_ended)

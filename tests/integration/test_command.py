@@ -128,29 +128,43 @@ def test_report_fails_when_a_storage_is_pending(tmp_path):
 
 
 LOADED_NOT_INITIALISED = """
+import sys
 import torch
+import torch.distributed as dist
 # Parameters whose values arrive by loading (a checkpoint read on every rank,
-# as transformers >= 5.23 does): tagged, never initialised in place.
+# as transformers >= 5.23 does): tagged, never initialised in place; then, as
+# a rank of a job, rank 0's values by broadcast (a world of one, rank 0's own).
 state = {"weight": torch.arange(4096.0), "bias": torch.ones(64)}
 parameters = [torch.nn.Parameter(t.clone()) for t in state.values()]
+if sys.argv[1] == "synced":
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+    for p in parameters:
+        dist.broadcast(p.data, 0)
 print(float(sum(p.sum() for p in parameters)))
 """
 
 
-def test_a_rank_that_loaded_its_parameters_says_nothing_was_skipped_and_why(tmp_path):
-    """One line at the default level, at exit and per rank in the report; the
-    program's output is as without fsdpskip."""
-    plain = run([PYTHON, "-c", LOADED_NOT_INITIALISED], preload=False)
-    done = run([PYTHON, "-c", LOADED_NOT_INITIALISED], FSDPSKIP="on", LOCAL_RANK="1",
+@pytest.mark.parametrize("synced", ["synced", "unsynced"])
+def test_a_rank_that_loaded_its_parameters_says_nothing_was_skipped_and_why(tmp_path, synced):
+    """Synced: one line at the default level, at exit and per rank in the
+    report. Unsynced, as a helper process that made a parameter or two:
+    nothing at all. The program's output is as without fsdpskip."""
+    program = [PYTHON, "-c", LOADED_NOT_INITIALISED, synced]
+    plain = run(program + [str(tmp_path / "plain-store")], preload=False)
+    done = run(program + [str(tmp_path / "store")], FSDPSKIP="on", LOCAL_RANK="1",
                FSDPSKIP_REPORT=str(tmp_path / "r-%l.json"))
     assert done.returncode == 0 and done.stdout == plain.stdout, done.stderr
     said = [line for line in done.stderr.splitlines() if "fsdpskip:" in line]
-    assert len(said) == 1 and re.match(r"fsdpskip: local rank 1 pid \d+: nothing skipped: 2 parameter storages "
-                                       r"tagged, none initialised .*most likely loaded", said[0]), said
     assert summary_lines(done.stderr) == []
     table = fsdpskip("report", str(tmp_path / "r-1.json"))
-    assert table.returncode == 0 and re.search(r"note: .* rank -1 pid \d+: nothing skipped: its parameters were "
-                                               r"most likely loaded", table.stdout), table.stdout
+    assert table.returncode == 0, table.stdout + table.stderr
+    if synced == "unsynced":
+        assert said == [] and "nothing skipped" not in table.stdout, (said, table.stdout)
+        return
+    assert len(said) == 1 and re.match(r"fsdpskip: local rank 1 pid \d+: nothing skipped: 2 parameter storages "
+                                       r"tagged, none initialised .*most likely loaded", said[0]), said
+    assert re.search(r"note: .* rank -1 pid \d+: nothing skipped: its parameters were most likely loaded",
+                     table.stdout), table.stdout
 
 
 @pytest.mark.parametrize("name,content,needle", [

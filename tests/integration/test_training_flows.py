@@ -14,6 +14,7 @@ import os
 import pytest
 
 from harness import SANITIZED, SOURCE_DIR, rank_lines, said_by_fsdpskip, summary_lines, torchrun
+from flow_variables import job_variables  # tools/workloads, on the path harness set
 
 FLOWS = os.path.join(SOURCE_DIR, "tools", "workloads", "flows.py")
 NEEDS = {"ddp-from-config": ("transformers",), "fsdp2-broadcast": ("transformers",),
@@ -24,8 +25,7 @@ NEEDS = {"ddp-from-config": ("transformers",), "fsdp2-broadcast": ("transformers
 def job(tmp_path, flow, preload):
     out = tmp_path / ("%s-%s" % (flow, "with" if preload else "without"))
     out.mkdir()
-    variables = {"FSDPSKIP": "on"} if preload else {}
-    done, ranks = torchrun([FLOWS, flow, "--out", str(out)], str(out), preload=preload, **variables)
+    done, ranks = torchrun([FLOWS, flow, "--out", str(out)], str(out), preload=preload, **job_variables(flow, preload))
     assert [r["rank"] for r in ranks] == [0, 1], done.stderr[-3000:]
     return done, ranks
 

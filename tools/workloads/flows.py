@@ -30,7 +30,7 @@ BATCH, TOKENS, VOCAB = 2, 32, 16000
 
 
 def llama_config():
-    """A 12M-parameter Llama (46 MiB fp32); dropout 0, as Llama's default."""
+    """An 11.4M-parameter Llama (43.3 MiB fp32); dropout 0, as Llama's default."""
     from transformers import LlamaConfig
     return LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
                        num_key_value_heads=4, vocab_size=VOCAB, tie_word_embeddings=False)
@@ -108,8 +108,8 @@ def fsdp2_broadcast():
 
 
 def custom_init_weights():
-    """A custom-code model (trust_remote_code's kind) whose _init_weights
-    writes in place through .data, DDP-synced."""
+    """A custom-code model (trust_remote_code's kind, 10.3M parameters)
+    whose _init_weights writes in place through .data, DDP-synced."""
     from transformers import PretrainedConfig, PreTrainedModel
     from transformers.modeling_outputs import CausalLMOutput
 
@@ -185,26 +185,57 @@ def fabric_ddp():
     return model, seconds, growth, lambda: train(synced, optimizer, fabric.backward)
 
 
+def from_pretrained(directory):
+    """transformers' from_pretrained under accelerate's RAM-efficient FSDP
+    loading (its variables in the launch environment), DDP-synced: what each
+    transformers release does on a non-zero rank (placeholders, an init, or
+    reading the checkpoint itself) decides what there is to save."""
+    from transformers import AutoModelForCausalLM
+    model, seconds, growth = measured(lambda: AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32))
+    synced = nn.parallel.DistributedDataParallel(model)
+    return model, seconds, growth, lambda: train(synced, adamw(model))
+
+
+def save(directory):
+    """The Llama checkpoint from_pretrained reads, written by the transformers
+    that will read it."""
+    from transformers import LlamaForCausalLM
+    torch.manual_seed(0)
+    LlamaForCausalLM(llama_config()).save_pretrained(directory)
+
+
 FLOWS = {"ddp-from-config": ddp_from_config, "fsdp2-broadcast": fsdp2_broadcast,
-         "custom-init-weights": custom_init_weights, "peft-before-sync": peft_before_sync, "fabric-ddp": fabric_ddp}
+         "custom-init-weights": custom_init_weights, "peft-before-sync": peft_before_sync, "fabric-ddp": fabric_ddp,
+         "from-pretrained": from_pretrained}
+# How each is launched, with and without fsdpskip: flow_variables.py.
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("flow", choices=sorted(FLOWS))
-    parser.add_argument("--out", required=True)
+    parser.add_argument("flow", choices=sorted(FLOWS) + ["save"])
+    parser.add_argument("--out", help="where rank<N>.json goes")
+    parser.add_argument("--directory", help="from-pretrained and save: the checkpoint")
     args = parser.parse_args()
+    if args.flow in ("save", "from-pretrained") and not args.directory:
+        parser.error("%s needs --directory" % args.flow)
+    if args.flow != "save" and not args.out:
+        parser.error("%s needs --out" % args.flow)
+    if args.flow == "save":
+        return save(args.directory)
     torch.set_num_threads(1)
     import transformers  # noqa: F401  imports done before anything is timed
     if args.flow != "fabric-ddp":  # Fabric makes the process group itself
         dist.init_process_group("gloo")
-    model, seconds, growth, training = FLOWS[args.flow]()
-    digests = parameter_digests(model)
+    flow = FLOWS[args.flow]
+    model, seconds, growth, training = flow(args.directory) if args.flow == "from-pretrained" else flow()
+    everyone = gathered(parameter_digests(model))
     result = {"flow": args.flow, "rank": dist.get_rank(), "build_seconds": seconds, "rss_growth_bytes": growth,
               "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-              "equal_to_rank0": all(d == gathered(digests)[0] for d in gathered(digests))}
+              "equal_to_rank0": all(d == everyone[0] for d in everyone)}
     result["losses"] = training()
     result["final"] = combined(parameter_digests(model))
+    result["versions"] = {name: sys.modules[name].__version__ for name in ("torch", "transformers", "peft", "lightning")
+                          if name in sys.modules}
     with open(os.path.join(args.out, "rank%d.json" % dist.get_rank()), "w") as out:
         json.dump(result, out)
     launch.end_rank()
