@@ -84,7 +84,6 @@ def ddp_from_config():
     """Pretraining from scratch: Model(config) on every rank, DDP's
     constructor broadcasts rank 0's parameters."""
     from transformers import LlamaForCausalLM
-    torch.manual_seed(0)
     model, seconds, growth = measured(lambda: LlamaForCausalLM(llama_config()))
     synced = nn.parallel.DistributedDataParallel(model)
     return model, seconds, growth, lambda: train(synced, adamw(model))
@@ -97,7 +96,6 @@ def fsdp2_broadcast():
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.fsdp import fully_shard
     from transformers import LlamaForCausalLM
-    torch.manual_seed(0)
     model, seconds, growth = measured(lambda: LlamaForCausalLM(llama_config()))
     full = {name: t.clone() for name, t in model.state_dict().items()} if dist.get_rank() == 0 else {}
     for layer in model.model.layers:
@@ -151,7 +149,6 @@ def custom_init_weights():
             loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
             return CausalLMOutput(loss=loss, logits=logits)
 
-    torch.manual_seed(0)
     model, seconds, growth = measured(lambda: TinyModel(TinyConfig()))
     synced = nn.parallel.DistributedDataParallel(model)
     return model, seconds, growth, lambda: train(synced, adamw(model))
@@ -162,7 +159,6 @@ def peft_before_sync():
     DDP's sync: the adapters are skipped on rank 1 and the sync fills them."""
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
-    torch.manual_seed(0)
 
     def build():
         return get_peft_model(LlamaForCausalLM(llama_config()),
@@ -179,7 +175,6 @@ def fabric_ddp():
     from transformers import LlamaForCausalLM
     fabric = Fabric(accelerator="cpu", strategy="ddp", devices=int(os.environ["LOCAL_WORLD_SIZE"]))
     fabric.launch()  # under torchrun: makes the process group, starts nothing
-    torch.manual_seed(0)
     model, seconds, growth = measured(lambda: LlamaForCausalLM(llama_config()))
     synced, optimizer = fabric.setup(model, adamw(model))
     return model, seconds, growth, lambda: train(synced, optimizer, fabric.backward)
@@ -200,7 +195,7 @@ def save(directory):
     """The Llama checkpoint from_pretrained reads, written by the transformers
     that will read it."""
     from transformers import LlamaForCausalLM
-    torch.manual_seed(0)
+    torch.manual_seed(1)  # rank 0's checkpoint: not what a seeded build makes
     LlamaForCausalLM(llama_config()).save_pretrained(directory)
 
 
@@ -223,6 +218,7 @@ def main():
     if args.flow == "save":
         return save(args.directory)
     torch.set_num_threads(1)
+    torch.manual_seed(0)  # as a training script seeds at its top, on every rank
     import transformers  # noqa: F401  imports done before anything is timed
     if args.flow != "fabric-ddp":  # Fabric makes the process group itself
         dist.init_process_group("gloo")
