@@ -28,7 +28,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "workloads"))
 import launch  # noqa: E402
-from measure import digest, rss_kib  # noqa: E402
+from measure import digest, gathered, measured  # noqa: E402
 
 
 ACCELERATE_FSDP = ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING")
@@ -53,16 +53,6 @@ def save(directory, kind):
     model.save_pretrained(directory)
 
 
-def measured(build):
-    """build()'s result, its seconds and its peak RSS growth in bytes."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM := VmRSS
-    before = rss_kib("VmRSS")
-    start = time.perf_counter()
-    result = build()
-    return result, time.perf_counter() - start, (rss_kib("VmHWM") - before) * 1024
-
-
 def facts(model, seconds, growth):
     """What the tests compare, once the model holds rank 0's values."""
     digests = {name: digest(p) for name, p in model.named_parameters()}
@@ -70,12 +60,6 @@ def facts(model, seconds, growth):
             "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
             "equal_to_rank0": all(d == gathered(digests)[0] for d in gathered(digests)),
             "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
-
-
-def gathered(value):
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, value)
-    return everyone
 
 
 def load(args):

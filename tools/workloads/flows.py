@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -23,7 +22,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch  # noqa: E402
-from measure import digest, rss_kib  # noqa: E402
+from measure import digest, gathered, measured  # noqa: E402
 
 STEPS = 4
 BATCH, TOKENS, VOCAB = 2, 32, 16000
@@ -34,22 +33,6 @@ def llama_config():
     from transformers import LlamaConfig
     return LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
                        num_key_value_heads=4, vocab_size=VOCAB, tie_word_embeddings=False)
-
-
-def measured(build):
-    """build()'s result, its seconds and its peak RSS growth in bytes."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM := VmRSS
-    before = rss_kib("VmRSS")
-    start = time.perf_counter()
-    result = build()
-    return result, time.perf_counter() - start, (rss_kib("VmHWM") - before) * 1024
-
-
-def gathered(value):
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, value)
-    return everyone
 
 
 def parameter_digests(model):

@@ -2,6 +2,7 @@
 once: parameter digests, resident memory, and fsdpskip's summary lines."""
 import hashlib
 import re
+import time
 
 
 def digest(tensor):
@@ -20,6 +21,24 @@ def rss_kib(field="VmRSS"):
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise RuntimeError(field)
+
+
+def measured(build):
+    """build()'s result, its seconds and its peak RSS growth in bytes."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    before = rss_kib("VmRSS")
+    start = time.perf_counter()
+    result = build()
+    return result, time.perf_counter() - start, (rss_kib("VmHWM") - before) * 1024
+
+
+def gathered(value):
+    """Every rank's `value`, in rank order (a collective: every rank calls it)."""
+    import torch.distributed as dist
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, value)
+    return everyone
 
 
 def summary_lines(text, local_rank=None, prefix=""):
