@@ -25,14 +25,13 @@ using nlohmann::json;
 struct Process {
   std::string file;
   json report;
+  Counters counters;  // read_report checked every one
 };
 
 struct Gathered {
   std::vector<Process> processes;
   std::vector<std::string> problems;  // unreadable, foreign or incomplete reports
 };
-
-uint64_t number(const json& report, const char* key) { return count_field(report, key, 0); }
 
 uint64_t skipped_calls(const json& report) {
   uint64_t total = 0;
@@ -63,6 +62,7 @@ void read_report(const fs::path& path, Gathered* gathered) {
   // fsdpskip's own writer gives every counter of its version: one missing or
   // of another type is a report this command cannot vouch for. A counter
   // newer than the report reads as 0.
+  Counters counters;
   for (int c = 0; c < kCounterCount; ++c) {
     const ReportKey& row = *kCounterRows.rows[c];
     const json* value = field(report, row.key);
@@ -71,9 +71,11 @@ void read_report(const fs::path& path, Gathered* gathered) {
     } else if (value == nullptr || !value->is_number_unsigned()) {
       gathered->problems.push_back(path.string() + ": \"" + row.key + "\" is missing or not a count");
       return;
+    } else {
+      counters.values[c] = value->get<uint64_t>();
     }
   }
-  gathered->processes.push_back({path.string(), std::move(report)});
+  gathered->processes.push_back({path.string(), std::move(report), counters});
 }
 
 bool is_partial(const fs::path& path) { return path.filename().string().find(".partial.") != std::string::npos; }
@@ -134,18 +136,18 @@ int report(const ReportOptions& options) {
     const json& r = process.report;
     uint64_t calls_here = skipped_calls(r);
     calls += calls_here;
-    never_committed += number(r, key(Counter::bytes_never_committed));
-    resolved += number(r, key(Counter::resolved_by_overwrite)) + number(r, key(Counter::resolved_by_free));
-    uint64_t pending_here = number(r, key(Counter::pending_count));
+    const Counters& counters = process.counters;
+    never_committed += counters[Counter::bytes_never_committed];
+    resolved += counters[Counter::resolved_by_overwrite] + counters[Counter::resolved_by_free];
+    uint64_t pending_here = counters[Counter::pending_count];
     pending += pending_here;
     std::string who = text_field(r, "host", "?") + " rank " + integer(r, "rank") + " pid " + integer(r, "pid");
     if (pending_here)
       reasons.push_back(who + ": " + std::to_string(pending_here) + " storage(s) pending: never received rank 0's data");
-    if (calls_here && !flag_field(r, "loading_ended", false))
+    bool loading_ended = flag_field(r, "loading_ended", false);
+    if (calls_here && !loading_ended)
       notes.push_back(who + ": skipped inits but saw no broadcast from rank 0");
-    Counters counters;
-    for (int c = 0; c < kCounterCount; ++c) counters.values[c] = number(r, kCounterRows.rows[c]->key);
-    if (had_nothing_to_save(calls_here, counters, flag_field(r, "loading_ended", false)))
+    if (had_nothing_to_save(calls_here, counters, loading_ended))
       notes.push_back(who + ": nothing skipped: " + kNothingSkippedReason);
   }
   bool pass = reasons.empty();
@@ -173,11 +175,12 @@ int report(const ReportOptions& options) {
   TextTable table({"host", "rank", "local", "pid", "mode", "skipped calls", "never committed", "resolved", "pending"});
   for (const Process& process : gathered.processes) {
     const json& r = process.report;
+    const Counters& counters = process.counters;
     table.add({text_field(r, "host", "?"), integer(r, "rank"), integer(r, "local_rank"), integer(r, "pid"),
                text_field(r, "mode", "?"), std::to_string(skipped_calls(r)),
-               bytes_text(number(r, key(Counter::bytes_never_committed))),
-               std::to_string(number(r, key(Counter::resolved_by_overwrite)) + number(r, key(Counter::resolved_by_free))),
-               std::to_string(number(r, key(Counter::pending_count)))});
+               bytes_text(counters[Counter::bytes_never_committed]),
+               std::to_string(counters[Counter::resolved_by_overwrite] + counters[Counter::resolved_by_free]),
+               std::to_string(counters[Counter::pending_count])});
   }
   table.add({"all", "", "", "", "", std::to_string(calls), bytes_text(never_committed), std::to_string(resolved),
              std::to_string(pending)});

@@ -59,7 +59,6 @@ inline constexpr int kCounterCount = kCounterRows.count;
 inline const ReportKey& counter_row(Counter counter) { return *kCounterRows.rows[static_cast<int>(counter)]; }
 inline const char* key(Counter counter) { return counter_row(counter).key; }
 
-
 // The counters of one process, indexed by Counter.
 struct Counters {
   uint64_t values[kCounterCount] = {};
