@@ -14,6 +14,7 @@ enum class OptionRole {
   kRank,          // the first valid one is the global rank (reports)
   kLogLevel,      // FSDPSKIP_LOG
   kStacks,        // FSDPSKIP_STACKS
+  kOnPending,     // FSDPSKIP_ON_PENDING
   kReport,        // FSDPSKIP_REPORT
   kPlugin,        // FSDPSKIP_PLUGIN
   kPluginCache,   // XDG_CACHE_HOME: where the user's plugins are
@@ -50,12 +51,13 @@ constexpr bool has_row(OptionRole role) {
 }
 static_assert(has_row(OptionRole::kMode) && has_row(OptionRole::kLocalRank) && has_row(OptionRole::kAutoRequires) &&
                   has_row(OptionRole::kRank) && has_row(OptionRole::kLogLevel) && has_row(OptionRole::kStacks) &&
+                  has_row(OptionRole::kOnPending) &&
                   has_row(OptionRole::kReport) &&
                   has_row(OptionRole::kPlugin) && has_row(OptionRole::kPluginCache),
               "options.def has a row for every role");
 
 // The first row of `role`: the only one for the roles of fsdpskip's own
-// variables (kMode, kLogLevel, kStacks, kReport, kPlugin, kPluginCache).
+// variables (kMode, kLogLevel, kStacks, kOnPending, kReport, kPlugin, kPluginCache).
 inline const Option& option_of(OptionRole role) {
   for (const Option& option : kOptions)
     if (option.role == role) return option;

@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 8  // 8: the generator argument (decide_init, stand_in_generator, skipped)
+#define FSDPSKIP_PLUGIN_ABI 9  // 9: FSDPSKIP_ON_PENDING (fsdpskip_host.on_pending, FSDPSKIP_MESSAGE_PENDING_IN_TRAINING)
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=8"), so a plugin
@@ -76,6 +76,10 @@ typedef enum fsdpskip_stacks {
   FSDPSKIP_STACKS_OFF
 } fsdpskip_stacks;
 
+// FSDPSKIP_ON_PENDING, in the order of its accepted words (options.def):
+// what training's first collective does about storages still pending.
+typedef enum fsdpskip_on_pending { FSDPSKIP_ON_PENDING_WARN, FSDPSKIP_ON_PENDING_ABORT } fsdpskip_on_pending;
+
 // What a line on stderr is; the sink (src/preload/log.cc) holds, per kind,
 // the least FSDPSKIP_LOG that prints it, its label and its cap.
 typedef enum fsdpskip_message {
@@ -84,6 +88,7 @@ typedef enum fsdpskip_message {
   FSDPSKIP_MESSAGE_SUMMARY,  // the summary at exit
   FSDPSKIP_MESSAGE_ADVICE,   // what to check, after the summary (no broadcast was seen)
   FSDPSKIP_MESSAGE_PENDING,  // one storage still pending at exit
+  FSDPSKIP_MESSAGE_PENDING_IN_TRAINING,  // one storage still pending when training began
   FSDPSKIP_MESSAGE_DEBUG,    // decisions, tags, skips
   FSDPSKIP_MESSAGE_TRACE,    // every decision on a kernel call
 } fsdpskip_message;
@@ -111,6 +116,7 @@ typedef struct fsdpskip_host {
   fsdpskip_mode mode;
   fsdpskip_log_level log_level;
   fsdpskip_stacks stacks;
+  fsdpskip_on_pending on_pending;
   int local_rank;
   int rank;                     // -1 when unknown
   const char* report_template;  // FSDPSKIP_REPORT, or NULL

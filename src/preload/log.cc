@@ -28,6 +28,9 @@ constexpr MessageKind kKinds[] = {
     /* ADVICE  */ {FSDPSKIP_LOG_SUMMARY, "warning: ", 0, nullptr},
     /* PENDING */ {FSDPSKIP_LOG_SUMMARY, "error: ", 20,
                    "more storages are pending than are listed here; FSDPSKIP_REPORT lists them all"},
+    /* PENDING_IN_TRAINING */ {FSDPSKIP_LOG_SUMMARY, "warning: ", 20,
+                               "more storages are pending than are listed here; the exit summary and "
+                               "FSDPSKIP_REPORT list them again"},
     /* DEBUG   */ {FSDPSKIP_LOG_DEBUG, "", 0, nullptr},
     /* TRACE   */ {FSDPSKIP_LOG_TRACE, "", 0, nullptr},
 };

@@ -80,7 +80,9 @@ Options resolve_options(EnvLookup lookup, void* context) {
     void (*keep)(Options* options, int index);
   } kWords[] = {
       {OptionRole::kLogLevel, [](Options* o, int index) { o->log_level = static_cast<fsdpskip_log_level>(index); }},
-      {OptionRole::kStacks, [](Options* o, int index) { o->stacks = static_cast<fsdpskip_stacks>(index); }}};
+      {OptionRole::kStacks, [](Options* o, int index) { o->stacks = static_cast<fsdpskip_stacks>(index); }},
+      {OptionRole::kOnPending,
+       [](Options* o, int index) { o->on_pending = static_cast<fsdpskip_on_pending>(index); }}};
   for (const auto& row : kWords) {
     const Option& option = option_of(row.role);
     if (const char* value = lookup(option.name, context)) {

@@ -23,6 +23,7 @@ struct Options {
   int rank = -1;         // global rank, for reports only
   fsdpskip_log_level log_level = FSDPSKIP_LOG_SUMMARY;
   fsdpskip_stacks stacks = FSDPSKIP_STACKS_PYTHON;
+  fsdpskip_on_pending on_pending = FSDPSKIP_ON_PENDING_WARN;
   const char* report_template = nullptr;
   const char* plugin_path = nullptr;  // FSDPSKIP_PLUGIN override
   const char* cache_home = nullptr;   // XDG_CACHE_HOME: the user's plugin cache

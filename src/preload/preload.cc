@@ -46,7 +46,7 @@ char g_report_template[PATH_MAX];
 char g_plugin_override[PATH_MAX];
 char g_plugin_cache[PATH_MAX];  // the user's plugin directory ("" when HOME and XDG_CACHE_HOME are not absolute)
 fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI, say_text, false, FSDPSKIP_MODE_ON, FSDPSKIP_LOG_SUMMARY,
-                       FSDPSKIP_STACKS_PYTHON, -1, -1, nullptr};
+                       FSDPSKIP_STACKS_PYTHON, FSDPSKIP_ON_PENDING_WARN, -1, -1, nullptr};
 
 // Decisions are made one at a time, under this lock; it is never held while
 // torch, the plugin's loading or the dynamic linker runs.
@@ -233,6 +233,7 @@ void decide(Options options, const char* cause, bool stated) {
   g_host.active = options.active;
   g_host.log_level = options.log_level;
   g_host.stacks = options.stacks;
+  g_host.on_pending = options.on_pending;
   if (options.active) {  // an inactive decision keeps who the process was when it skipped
     g_host.mode = options.mode == Mode::kAudit ? FSDPSKIP_MODE_AUDIT : FSDPSKIP_MODE_ON;
     g_host.local_rank = options.local_rank;

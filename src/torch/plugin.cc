@@ -111,6 +111,29 @@ void finish() {
   }
 }
 
+// Training's first collective: storages still pending now hold zeros where
+// this rank should hold values, and training is about to use them. Named
+// here, while the job can still be stopped, and again at exit; with
+// FSDPSKIP_ON_PENDING=abort the process ends here, after its exit summary
+// and report, so that a job stops before it trains on them. Audit mode ran
+// every init: it only warns.
+void training_began(size_t bytes, bool rank0_data_seen) {
+  Tracker& tracker = Tracker::instance();
+  if (tracker.forked_child()) return;  // its parent reports
+  std::vector<SkipSite> pending = tracker.pending();
+  if (pending.empty()) return;
+  bool audit = g_preload->mode == FSDPSKIP_MODE_AUDIT;
+  bool aborting = !audit && g_preload->on_pending == FSDPSKIP_ON_PENDING_ABORT;
+  say(aborting ? FSDPSKIP_MESSAGE_ERROR : FSDPSKIP_MESSAGE_WARNING,
+      pending_in_training_line(bytes, pending.size(), rank0_data_seen, audit, aborting));
+  if (!aborting) {
+    for (const SkipSite& site : pending) say(FSDPSKIP_MESSAGE_PENDING_IN_TRAINING, pending_line(site));
+    return;
+  }
+  finish();
+  _exit(kPendingExitStatus);  // no atexit handlers: finish() was the preload's
+}
+
 // Every callback runs inside `guarded`: nothing unwinds out of the plugin
 // into the preload (which has no C++ runtime) or torch's frames between
 // them. A failure (an allocation) is counted, said once, and answered with
@@ -208,7 +231,8 @@ const fsdpskip_plugin kPlugin = {
         if (tensors != nullptr)
           for (const at::Tensor& tensor : *static_cast<const std::vector<at::Tensor>*>(tensors))
             if (tensor.defined()) bytes += tensor.numel() * tensor.itemsize();
-        Tracker::instance().collective_started(bytes);
+        Tracker::TrainingStart start = Tracker::instance().collective_started(bytes);
+        if (start.began) training_began(bytes, start.rank0_data_seen);
       });
     },
     [](bool opens_loading) noexcept {

@@ -135,6 +135,20 @@ std::string pending_line(const SkipSite& site) {
   return line;
 }
 
+std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_data_seen, bool audit, bool aborting) {
+  std::string line = format("training began (a collective of %zu bytes) %s: %zu %s", bytes,
+                            rank0_data_seen ? "after rank 0's broadcast, which did not cover every skipped storage"
+                                            : "before any broadcast from rank 0 was seen",
+                            pending, audit ? "storages would stay pending (audit: their inits ran)"
+                                           : "skipped storages stay pending");
+  if (!audit) line += rank0_data_seen ? "; no sync covers them (an evaluation-only, reference or reward model?): this "
+                                        "rank holds zeros there, where without fsdpskip it would hold its own init"
+                                      : "; this rank trains on zeros where it should hold rank 0's values";
+  line += aborting ? format("; FSDPSKIP_ON_PENDING=abort: ending the process with exit status %d", kPendingExitStatus)
+                   : std::string("; FSDPSKIP_ON_PENDING=abort stops the process here");
+  return line;
+}
+
 std::string report_json(const ReportContext& context, const Stats& stats,
                         const std::vector<SkipSite>& pending, bool audit) {
   std::string json = format("{\n  \"schema\": \"%s\",\n  \"schema_version\": %d,\n", kReportSchema,

@@ -16,6 +16,13 @@ std::string summary_line(const ReportContext& context, const Stats& stats, bool 
 std::string nothing_skipped_line(const ReportContext& context, const Stats& stats);
 // One pending storage: what it is and where it was skipped.
 std::string pending_line(const SkipSite& site);
+// FSDPSKIP_ON_PENDING=abort's exit status (options.def says it too).
+inline constexpr int kPendingExitStatus = 3;
+// What training's first collective (of `bytes`) says when `pending` storages
+// are still pending (FSDPSKIP_ON_PENDING): before any of rank 0's data
+// arrived, or after it (data no sync covers); `aborting` when the process
+// ends here.
+std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_data_seen, bool audit, bool aborting);
 std::string report_json(const ReportContext& context, const Stats& stats,
                         const std::vector<SkipSite>& pending, bool audit);
 

@@ -626,19 +626,12 @@ void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
   }
 }
 
-void Tracker::collective_started(size_t bytes) {
-  if (bytes < kTrainingCollectiveBytes || training()) return;
+Tracker::TrainingStart Tracker::collective_started(size_t bytes) {
+  if (bytes < kTrainingCollectiveBytes || training()) return {};
   std::lock_guard<std::mutex> lock(mutex_);
-  if (training_.exchange(true)) return;
-  bool was_loading = loading() && tagged_any_.load();
+  if (training_.exchange(true)) return {};
   end_loading_locked(false);
-  size_t pending = pending_.load();
-  if (!was_loading || stats_.loading_ended || pending == 0 || say_ == nullptr) return;
-  char line[320];
-  snprintf(line, sizeof line, "training began (a collective of %zu bytes) before any broadcast from rank 0 was seen: "
-           "%zu skipped storages stay pending; this rank trains on zeros where it should hold rank 0's values",
-           bytes, pending);
-  say_(FSDPSKIP_MESSAGE_WARNING, line);
+  return {true, stats_.loading_ended};
 }
 
 void Tracker::end_loading_locked(bool by_rank0_data) {

@@ -107,8 +107,14 @@ class Tracker {
   // One of training's collectives writing `bytes` (an all-reduce, a
   // reduce-scatter): the first one of at least kTrainingCollectiveBytes ends
   // the loading phase, and from then on a zero_ is never done lazily (a
-  // gradient's zero stays a memset, without a system call).
-  void collective_started(size_t bytes);
+  // gradient's zero stays a memset, without a system call). Answers whether
+  // this call began training, and if so whether rank 0's data had arrived
+  // before it; the caller then names what is still pending().
+  struct TrainingStart {
+    bool began = false;
+    bool rank0_data_seen = false;
+  };
+  TrainingStart collective_started(size_t bytes);
   static constexpr size_t kTrainingCollectiveBytes = 1024;
   bool training() const { return training_.load(std::memory_order_relaxed); }
 

@@ -28,7 +28,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "workloads"))
 import launch  # noqa: E402
-from measure import digest, gathered, measured  # noqa: E402
+from measure import digest, gathered, measured, resident_fraction  # noqa: E402
 
 
 ACCELERATE_FSDP = ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING")
@@ -98,7 +98,9 @@ def models(args):
     (transformers 5: zeros_like placeholders, no statement needed), then one
     built from its config (torch's and transformers' own inits) after
     accelerate's enable_fsdp_ram_efficient_loading() states that a loading
-    begins. Then a seeded layer made after the syncs, with no statement."""
+    begins. Then a seeded layer made after the syncs, with no statement.
+    Each model's resident fraction right after loading is kept, to compare
+    with the same model loaded alone (--only)."""
     from accelerate.utils import enable_fsdp_ram_efficient_loading
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
     kept, result = [], {}
@@ -106,9 +108,14 @@ def models(args):
               "mistral": lambda: AutoModelForCausalLM.from_pretrained(args.second, dtype=torch.float32),
               "llama_from_config": lambda: (enable_fsdp_ram_efficient_loading(), LlamaForCausalLM(llama_config()))[1]}
     for name, build in builds.items():
+        if args.only and name != args.only:
+            continue
         model, seconds, growth = measured(build)
+        # Before the sync writes it: what the placeholders hold of RAM, on
+        # whatever memory they landed (an earlier model's sync freed some).
+        resident = resident_fraction(model.parameters())
         nn.parallel.DistributedDataParallel(model)
-        result[name] = facts(model, seconds, growth)
+        result[name] = dict(facts(model, seconds, growth), resident_after_loading=resident)
         kept.append(model)
     torch.manual_seed(123)
     head = nn.Linear(512, 1000)
@@ -211,6 +218,8 @@ def main():
     parser.add_argument("command", choices=("save", "load", "titan", "accelerate", "switch", "models"))
     parser.add_argument("--directory")
     parser.add_argument("--second", help="models: a second checkpoint")
+    parser.add_argument("--only", choices=("llama", "mistral", "llama_from_config"),
+                        help="models: this one alone, in a process of its own")
     parser.add_argument("--kind", choices=("llama", "mistral"), default="llama", help="save: the architecture")
     parser.add_argument("--environ", choices=("launch", "python", "training-args"), default="launch")
     parser.add_argument("--sync", choices=("ddp", "fsdp2"), default="ddp")

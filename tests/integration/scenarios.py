@@ -328,6 +328,23 @@ def environ_switched():
     return {"first": describe(first), "second": describe(second), "third": describe(third)}
 
 
+def unsynced_model_then_training():
+    """A job of one rank (world size 1, FSDPSKIP_LOCAL_RANK=1): a policy that
+    a broadcast syncs and a reference model that nothing syncs, then
+    training's first gradient all-reduce. Prints whether training went on."""
+    import tempfile
+    import torch.distributed as dist
+    with tempfile.TemporaryDirectory() as directory:
+        dist.init_process_group("gloo", store=dist.FileStore(os.path.join(directory, "store"), 1), rank=0,
+                                world_size=1)
+        policy, reference = hf_model(), hf_model()
+        for param in policy.parameters():
+            dist.broadcast(param.data, 0)
+        dist.all_reduce(torch.ones(1024))
+        dist.destroy_process_group()
+    return {"trained": True, "reference_zero": all(bool((p == 0).all()) for p in reference.parameters())}
+
+
 def _batch_sum(batch):
     return float(batch.sum())
 

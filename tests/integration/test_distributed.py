@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from harness import LOAD_MODEL, SANITIZED, rank_lines, said_by_fsdpskip, summary_lines, torchrun
+from harness import LOAD_MODEL, PYTHON, SANITIZED, SCENARIOS, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
 
 measures_memory = pytest.mark.skipif(SANITIZED, reason="ASan's allocator commits memory of its own")
 
@@ -114,6 +114,61 @@ def test_training_before_any_broadcast_ends_the_loading_and_says_so(tmp_path):
     assert len(warnings) == 1 and "before any broadcast from rank 0 was seen" in warnings[0], rank_lines(done, 1)
     pending = counts(summary(done))["pending"]
     assert pending > 0 and "%d skipped storages stay pending" % pending in warnings[0], warnings
+
+
+def test_a_model_no_sync_covers_is_named_when_training_begins(tmp_path):
+    """A reference model built beside the policy and left out of DDP's sync:
+    without fsdpskip it is the same on both ranks (seeded alike); with it,
+    rank 1's stays pending and is read as zeros. The first gradient
+    all-reduce says so in one warning and names its storages (at most 20
+    lines), before training goes on (the default, FSDPSKIP_ON_PENDING=warn).
+    At exit nothing is pending any more: the model was freed when main()
+    returned, so only the warning at training's start names it."""
+    args = ("--size", "tiny", "--style", "hf4", "--sync", "ddp", "--unsynced-model", "--train", "2")
+    _, plain = job(tmp_path, *args, preload=False)
+    assert all(r["unsynced_equal_to_rank0"] for r in plain)
+    done, ranks = job(tmp_path, *args, FSDPSKIP="on")
+    lines = said_by_fsdpskip(rank_lines(done, 1))
+    began = [l for l in lines if "training began" in l]
+    assert len(began) == 1 and "warning:" in began[0], lines
+    assert "after rank 0's broadcast, which did not cover every skipped storage" in began[0], lines
+    pending = int(re.search(r"(\d+) skipped storages stay pending", began[0]).group(1))
+    named = [l for l in lines if "warning: pending storage" in l]
+    assert pending > 0 and len(named) == min(pending, 20), lines
+    assert lines.index(began[0]) < lines.index(named[0]) < lines.index(summary(done)), lines
+    assert counts(summary(done)) == {"pending": 0, "free": pending, "overwrite": counts(summary(done))["overwrite"]}
+    assert not ranks[1]["unsynced_equal_to_rank0"] and len(ranks[1]["losses"]) == 2
+
+
+def unsynced_scenario(**variables):
+    variables = dict(dict(LOCAL_RANK=1, FSDPSKIP="on"), **variables)
+    return run([PYTHON, SCENARIOS, "unsynced_model_then_training"], **variables)
+
+
+def test_on_pending_abort_ends_the_process_at_trainings_first_collective(tmp_path):
+    """FSDPSKIP_ON_PENDING=abort: at the first gradient all-reduce, one error
+    line, the exit summary, a line per pending storage and the report; then
+    exit status 3, before training's next line runs. Audit mode ran every
+    init: it warns and goes on."""
+    report = tmp_path / "report.json"
+    done = unsynced_scenario(FSDPSKIP_ON_PENDING="abort", FSDPSKIP_REPORT=str(report))
+    lines = said_by_fsdpskip(done.stderr.splitlines())
+    assert done.returncode == 3 and done.stdout == "", done.stderr
+    assert "error:" in lines[0] and "training began" in lines[0] and "exit status 3" in lines[0], lines
+    pending = json.loads(report.read_text())["pending"]
+    reference_storages = 7  # small_model: Linear, LayerNorm and Conv2d weight and bias, Embedding weight
+    assert len(pending) == reference_storages, pending
+    assert len([l for l in lines if "error: pending storage" in l]) == reference_storages, lines
+    assert len(summary_lines(done.stderr, 1)) == 1, lines
+
+    warned = unsynced_scenario()
+    assert warned.returncode == 0 and json.loads(warned.stdout) == {"trained": True, "reference_zero": True}
+    assert "FSDPSKIP_ON_PENDING=abort stops the process here" in warned.stderr, warned.stderr
+
+    audited = unsynced_scenario(FSDPSKIP="audit", FSDPSKIP_ON_PENDING="abort")
+    assert audited.returncode == 0 and json.loads(audited.stdout) == {"trained": True, "reference_zero": False}
+    said = said_by_fsdpskip(audited.stderr.splitlines())
+    assert any("warning:" in l and "would stay pending (audit" in l for l in said), said
 
 
 @measures_memory

@@ -34,7 +34,7 @@ def mistral_checkpoint(tmp_path_factory):
 
 
 def worker_job(tmp_path, command, *args, preload=True, **variables):
-    out = tmp_path / ("%s-%s" % (command, preload))
+    out = tmp_path / ("%s-%s-%d" % (command, preload, len(list(tmp_path.iterdir()))))
     out.mkdir()
     return torchrun([WORKER, command, "--out", str(out)] + list(args), str(out), preload=preload, **variables)
 
@@ -137,6 +137,12 @@ def test_every_model_of_a_multi_model_job_benefits(tmp_path, checkpoint, mistral
         assert r["late_layer_equal"] and r["late_layer_nonzero"], r
     line = rank1_summary(done, placeholders[0])
     assert re.search(r"normal_ \d+", line), line
+    # Later models land on memory that earlier models' syncs freed (in
+    # memory): their placeholders still hold no more of rank 1's RAM than
+    # the same model's alone, plus 2% of its bytes.
+    _, alone = worker_job(tmp_path, "models", "--only", "mistral", *args, **ACCELERATE_FSDP)
+    later, first = ranks[1]["mistral"]["resident_after_loading"], alone[1]["mistral"]["resident_after_loading"]
+    assert later <= first + 0.02, (later, first)
 
 
 def test_fsdpskip_run_inside_accelerate_launch():

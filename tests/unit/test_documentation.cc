@@ -54,7 +54,7 @@ std::string environment_table() {
   std::string table = "| variable | accepted | default | meaning |\n|---|---|---|---|\n";
   for (const Option& option : kOptions) {
     bool words = option.role == OptionRole::kMode || option.role == OptionRole::kLogLevel ||
-                 option.role == OptionRole::kStacks ||
+                 option.role == OptionRole::kStacks || option.role == OptionRole::kOnPending ||
                  option.role == OptionRole::kAutoRequires;
     std::string default_value = option.default_value;
     if (words && !default_value.empty()) default_value = "`" + default_value + "`";

@@ -110,6 +110,8 @@ TEST(Options, MalformedValuesNameVariableValueAndAcceptedAndStayInert) {
       {{{"FSDPSKIP", "on"}, {"SLURM_LOCALID", ""}}, "SLURM_LOCALID", "", "non-negative integer"},
       {{{"FSDPSKIP", "on"}, {"LOCAL_RANK", "99999999999"}}, "LOCAL_RANK", "99999999999", "non-negative integer"},
       {{{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_LOG", "chatty"}}, "FSDPSKIP_LOG", "chatty", "quiet"},
+      {{{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_ON_PENDING", "stop"}}, "FSDPSKIP_ON_PENDING", "stop",
+       "warn, abort"},
       {{{"ACCELERATE_USE_FSDP", "sure"}, {"FSDP_CPU_RAM_EFFICIENT_LOADING", "1"}, {"LOCAL_RANK", "1"}},
        "ACCELERATE_USE_FSDP", "sure", "true"},
   };
@@ -135,6 +137,9 @@ TEST(Options, LogLevelsAndPaths) {
   EXPECT_EQ(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_LOG", "TRACE"}}).log_level,
             FSDPSKIP_LOG_TRACE);
   EXPECT_EQ(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_REPORT", ""}}).report_template, nullptr);
+  EXPECT_EQ(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}}).on_pending, FSDPSKIP_ON_PENDING_WARN);
+  EXPECT_EQ(resolve({{"FSDPSKIP", "on"}, {"LOCAL_RANK", "1"}, {"FSDPSKIP_ON_PENDING", "Abort"}}).on_pending,
+            FSDPSKIP_ON_PENDING_ABORT);
 }
 
 TEST(Options, ReasonNamesWhatDecided) {

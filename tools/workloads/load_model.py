@@ -215,6 +215,10 @@ def main():
     parser.add_argument("--barrier-before-sync", action="store_true",
                         help="a one-element all-reduce before the sync, as NCCL's barrier and accelerate's "
                              "wait_for_everyone are")
+    parser.add_argument("--unsynced-model", action="store_true",
+                        help="a second, evaluation-only tiny model built after the first and left out of the sync, "
+                             "as a reference or reward model that no sync covers; its digests are compared across "
+                             "ranks after --train")
     parser.add_argument("--dropout", type=float, default=0.0, help="--train's loss applies dropout with this p")
     parser.add_argument("--train", type=int, default=0, metavar="STEPS",
                         help="SGD steps after the sync: DDP's gradient all-reduce (with --sync none, all-reduces "
@@ -238,6 +242,7 @@ def main():
     model = build(args.size, args.style)
     build_seconds = time.perf_counter() - start
     rss_growth_kib = rss_kib("VmHWM") - rss_before
+    unsynced = build("tiny", args.style) if args.unsynced_model else None
     if args.convert != "none":
         model = getattr(model, args.convert)()
     # --verify: rank 0's values before the sync are what every rank must hold
@@ -288,6 +293,12 @@ def main():
     if args.train:
         Model.dropout = args.dropout
         result["losses"] = train(model, args.train, wrapped=args.sync == "ddp")
+    if unsynced is not None:
+        # Seeded alike and built alike, it is the same on every rank without
+        # fsdpskip: a correct program, although no sync covers it.
+        digests = [None] * dist.get_world_size()
+        dist.all_gather_object(digests, {name: digest(p) for name, p in unsynced.named_parameters()})
+        result["unsynced_equal_to_rank0"] = all(d == digests[0] for d in digests)
     if args.hold:
         HELD.append(model)
     with open(os.path.join(args.out, "rank%d.json" % rank), "w") as out:

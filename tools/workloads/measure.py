@@ -23,6 +23,33 @@ def rss_kib(field="VmRSS"):
     raise RuntimeError(field)
 
 
+def resident_fraction(tensors):
+    """The fraction of the tensors' storages (each counted once) whose whole
+    pages are in memory (mincore): what a model's parameters hold of this
+    process's RAM right now, whatever memory they landed on."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+    page = mmap.PAGESIZE
+    storages = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    total = resident = 0
+    for start, size in storages.items():
+        first, end = -(-start // page) * page, (start + size) // page * page
+        total += size
+        if end <= first:
+            continue
+        pages = (end - first) // page
+        vector = ctypes.create_string_buffer(pages)
+        if libc.mincore(ctypes.c_void_p(first), ctypes.c_size_t(end - first), vector) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        resident += sum(byte & 1 for byte in vector.raw) * page
+    return resident / total if total else 0.0
+
+
 def measured(build):
     """build()'s result, its seconds and its peak RSS growth in bytes."""
     with open("/proc/self/clear_refs", "w") as f:
