@@ -335,10 +335,13 @@ bool Tracker::lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, 
     return false;
   // transformers 5 makes a zeros_like placeholder of every parameter and
   // buffer on non-zero ranks (attention projections are often a few hundred
-  // KiB). Outside loading only where pages are not in memory (a later
-  // model's placeholders); zero_lazily() then writes the resident ones. A
-  // gradient's zero_ in a training loop stays a memset.
-  return loading_now || !all_pages_resident(begin, bytes);
+  // KiB). Outside loading (a later model's placeholders, which may land on
+  // memory an earlier model freed and is still in memory) only a tensor
+  // torch never wrote in place: its version counter, shared by its views,
+  // is still 0, as a fresh zeros_like's is. Released, its pages lose nothing
+  // in use. One atomic read, no lock or system call; training's zero_ never
+  // gets here (decide_init_untraced), so a gradient's stays a memset.
+  return loading_now || (!self.is_inference() && self.unsafeGetTensorImpl()->version_counter().current_version() == 0);
 }
 
 fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zeroes) {
@@ -549,7 +552,7 @@ void Tracker::zero_lazily(const at::Tensor& self) {
   if (!contiguous_range(self, &begin, &bytes)) return;  // decide_init checked it: cannot happen
   // The CPU allocator's memory (decide_init checked): private anonymous pages.
   bool loading_now = loading();
-  Zeroed zeroed = loading_now ? zero_range(begin, bytes, true) : zero_unresident(begin, bytes);
+  Zeroed zeroed = zero_range(begin, bytes, true);
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_[Counter::lazy_zero_calls];
   if (loading_now) stats_[Counter::lazy_zero_bytes_never_committed] += zeroed.released;

@@ -178,8 +178,8 @@ class Tracker {
   fsdpskip_verdict skip_verdict() const { return audit_ ? FSDPSKIP_AUDIT : FSDPSKIP_SKIP; }
   bool from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const;
   // True when a zero_ of self is done exactly by releasing pages: a large
-  // range of the CPU allocator's during loading (placeholders), or one not
-  // all in memory (never written since it was allocated) after it.
+  // range of the CPU allocator's during loading (placeholders), or after it,
+  // until training begins, one that torch never wrote in place.
   bool lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const;
   // zeroes: the call writes all-zero bytes (zero_, fill_ with +0).
   fsdpskip_verdict decide_init_untraced(const at::Tensor& self, bool zeroes);

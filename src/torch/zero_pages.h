@@ -24,15 +24,6 @@ struct Zeroed {
 // whole pages released; otherwise every byte is written.
 Zeroed zero_range(void* data, size_t bytes, bool private_anonymous, size_t page = system_page_size());
 
-// True when every whole page inside [data, data + bytes) is in memory
-// (mincore): a range in use, such as a gradient zeroed every step.
-bool all_pages_resident(const void* data, size_t bytes, size_t page = system_page_size());
-
-// zero_range for the CPU allocator's memory outside a loading phase: pages in
-// memory are written (they are in use: releasing them would only make the
-// next write fault them in again), the others released. Commits nothing.
-Zeroed zero_unresident(void* data, size_t bytes, size_t page = system_page_size());
-
 // The least zero_ done by releasing pages: below it a memset costs less than
 // the system calls. 64 KiB, or two pages where pages are larger (with 64 KiB
 // pages, a range of 64 KiB rarely holds a whole page; one of 128 KiB always

@@ -116,7 +116,9 @@ def models(args):
         resident = resident_fraction(model.parameters())
         nn.parallel.DistributedDataParallel(model)
         result[name] = dict(facts(model, seconds, growth), resident_after_loading=resident)
-        kept.append(model)
+        if not args.drop:
+            kept.append(model)
+        del model  # --drop: its memory goes back to the allocator, in memory, for the next model to land on
     torch.manual_seed(123)
     head = nn.Linear(512, 1000)
     result["late_layer_equal"] = len(set(gathered(digest(head.weight)))) == 1
@@ -218,6 +220,7 @@ def main():
     parser.add_argument("command", choices=("save", "load", "titan", "accelerate", "switch", "models"))
     parser.add_argument("--directory")
     parser.add_argument("--second", help="models: a second checkpoint")
+    parser.add_argument("--drop", action="store_true", help="models: each model freed once synced and measured")
     parser.add_argument("--only", choices=("llama", "mistral", "llama_from_config"),
                         help="models: this one alone, in a process of its own")
     parser.add_argument("--kind", choices=("llama", "mistral"), default="llama", help="save: the architecture")

@@ -247,24 +247,31 @@ TEST(Tracker, ZeroOfNeverWrittenMemoryStaysLazyAfterLoadingEnds) {
   EXPECT_LE(resident_pages(placeholder), 2u) << "only the partial edge pages";
   EXPECT_EQ(placeholder.abs().sum().item<float>(), 0.0f);
   EXPECT_FALSE(tracker().is_tagged(storage(placeholder)));
-  // Half written (a reused heap range), half fresh: the written half is
-  // zeroed in place, the fresh half released, nothing newly committed.
-  at::Tensor mixed = torch::empty({16 << 20});
-  mixed.narrow(0, 0, 8 << 20).fill_(2.0f);
-  size_t written_pages = resident_pages(mixed);
-  ASSERT_GE(written_pages, 8192u);
-  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, mixed), FSDPSKIP_ZERO_LAZILY);
-  tracker().zero_lazily(mixed);
-  EXPECT_LE(resident_pages(mixed), written_pages + 1);  // before reading maps the zero page
-  EXPECT_EQ(mixed.abs().sum().item<float>(), 0.0f);
+  // A later model's placeholder on memory an earlier owner wrote and freed
+  // (in memory: glibc keeps freed heap memory): torch never wrote it, so
+  // its pages are released too.
+  at::Tensor reused = torch::empty({16 << 20});
+  std::memset(reused.data_ptr(), 0x5a, reused.nbytes());
+  ASSERT_GE(resident_pages(reused), 16384u);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, reused), FSDPSKIP_ZERO_LAZILY);
+  tracker().zero_lazily(reused);
+  EXPECT_LE(resident_pages(reused), 2u);  // before reading maps the zero page
+  EXPECT_EQ(reused.abs().sum().item<float>(), 0.0f);
+  // A tensor torch wrote in place (a view of it counts): an ordinary memset.
+  at::Tensor written = torch::empty({16 << 20});
+  written.narrow(0, 0, 8).fill_(2.0f);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, written), FSDPSKIP_RUN);
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, written.narrow(0, 1 << 20, 1 << 20)), FSDPSKIP_RUN);
   // fill_ with +0 is a zero_ (zeros_like can take that path); -0.0 and 1 are not.
   at::Tensor filled = torch::empty({16 << 20});
   EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(0.0)), FSDPSKIP_ZERO_LAZILY);
   EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(int64_t{0})), FSDPSKIP_ZERO_LAZILY);
   EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(-0.0)), FSDPSKIP_RUN);
   EXPECT_EQ(tracker().decide_fill(filled, c10::Scalar(1.0)), FSDPSKIP_RUN);
-  // A gradient zeroed in a training loop: written, so an ordinary memset.
-  at::Tensor gradient = torch::full({16 << 20}, 1.0f);
+  // A gradient accumulated into in place: an ordinary memset. (From
+  // training's first collective on, no zero_ is lazy at all.)
+  at::Tensor gradient = torch::ones({16 << 20});
+  gradient.add_(1.0f);
   EXPECT_EQ(tracker().decide_init(FSDPSKIP_ZERO, gradient), FSDPSKIP_RUN);
 }
 

@@ -1,7 +1,7 @@
 // The page arithmetic of src/torch/zero_pages.cc with 4 KiB pages (x86-64)
 // and 64 KiB pages (many Grace kernels), on this kernel's own pages: whole
-// pages released, partial first and last pages written, residency runs, the
-// lazy-zero threshold. What only a 64 KiB-page kernel shows (madvise and
+// pages released, partial first and last pages written, the lazy-zero
+// threshold. What only a 64 KiB-page kernel shows (madvise and
 // mincore on its own pages) is not covered here, nor under emulation.
 #include "zero_pages.h"
 
@@ -20,12 +20,12 @@ constexpr size_t kLargestPage = size_t{64} << 10;
 // Private anonymous memory aligned to the largest page, committed with 0xab.
 class Region {
  public:
-  explicit Region(size_t bytes, bool commit = true) : size_(bytes + 2 * kLargestPage) {
+  explicit Region(size_t bytes) : size_(bytes + 2 * kLargestPage) {
     mapping_ = static_cast<char*>(mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     auto at = reinterpret_cast<uintptr_t>(mapping_);
     base_ = reinterpret_cast<char*>((at + kLargestPage - 1) & ~(uintptr_t{kLargestPage} - 1));
     madvise(mapping_, size_, MADV_NOHUGEPAGE);  // a touched page must not bring in its neighbours
-    if (commit) std::memset(mapping_, 0xab, size_);
+    std::memset(mapping_, 0xab, size_);
   }
   ~Region() { munmap(mapping_, size_); }
   char* base() const { return base_; }
@@ -93,33 +93,6 @@ TEST_P(ZeroPages, MemoryOfOtherKindsIsWrittenNeverReleased) {
   EXPECT_EQ(zeroed.released, 0u);
   EXPECT_EQ(zeroed.written, 4 * page());
   for (bool in_memory : resident(region.base(), 4 * page())) EXPECT_TRUE(in_memory);
-}
-
-TEST_P(ZeroPages, OutsideLoadingResidentPagesAreWrittenAndTheOthersReleased) {
-  Region region(8 * kLargestPage, false);  // nothing committed yet
-  char* base = region.base();
-  // Pages 0 and 2 in use (written); 1, 3, 4, 5 never touched.
-  std::memset(base, 0x11, page());
-  std::memset(base + 2 * page(), 0x22, page());
-  Zeroed zeroed = zero_unresident(base, 6 * page(), page());
-  EXPECT_EQ(zeroed.released, 4 * page());
-  EXPECT_EQ(zeroed.written, 2 * page());
-  std::vector<bool> pages = resident(base, 6 * page());  // before a read maps the zero page
-  size_t per_page = page() / system_page_size();
-  for (size_t i = 0; i < pages.size(); ++i) {
-    size_t which = i / per_page;
-    EXPECT_EQ(pages[i], which == 0 || which == 2) << "kernel page " << i << " of page " << which;
-  }
-  EXPECT_TRUE(all_bytes(base, 6 * page(), 0));
-}
-
-TEST_P(ZeroPages, APageIsInMemoryOnlyWhenAllOfItIs) {
-  Region region(4 * kLargestPage);
-  EXPECT_TRUE(all_pages_resident(region.base(), 4 * page(), page()));
-  // Drop one kernel page inside the third page: that page is not all in memory.
-  ASSERT_EQ(madvise(region.base() + 2 * page() + page() - system_page_size(), system_page_size(), MADV_DONTNEED), 0);
-  EXPECT_FALSE(all_pages_resident(region.base(), 4 * page(), page()));
-  EXPECT_TRUE(all_pages_resident(region.base(), 2 * page(), page()));
 }
 
 TEST_P(ZeroPages, ARangeAsLargeAsTheThresholdAlwaysReleasesAPage) {
