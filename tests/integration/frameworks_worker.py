@@ -108,7 +108,7 @@ def models(args):
               "mistral": lambda: AutoModelForCausalLM.from_pretrained(args.second, dtype=torch.float32),
               "llama_from_config": lambda: (enable_fsdp_ram_efficient_loading(), LlamaForCausalLM(llama_config()))[1]}
     for name, build in builds.items():
-        if args.only and name != args.only:
+        if args.only and name not in args.only:
             continue
         model, seconds, growth = measured(build)
         # Before the sync writes it: what the placeholders hold of RAM, on
@@ -221,8 +221,8 @@ def main():
     parser.add_argument("--directory")
     parser.add_argument("--second", help="models: a second checkpoint")
     parser.add_argument("--drop", action="store_true", help="models: each model freed once synced and measured")
-    parser.add_argument("--only", choices=("llama", "mistral", "llama_from_config"),
-                        help="models: this one alone, in a process of its own")
+    parser.add_argument("--only", nargs="+", choices=("llama", "mistral", "llama_from_config"),
+                        help="models: these alone, in a process of their own")
     parser.add_argument("--kind", choices=("llama", "mistral"), default="llama", help="save: the architecture")
     parser.add_argument("--environ", choices=("launch", "python", "training-args"), default="launch")
     parser.add_argument("--sync", choices=("ddp", "fsdp2"), default="ddp")
