@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
        &report_options.inputs,
        false,
        "REPORTS: report files, or directories holding them.\n"
-       "Exit status: 0 pass, 1 a storage is pending somewhere (or a report is unreadable), 2 no reports.\n",
+       "Exit status: 0 pass, 1 a storage is pending or a placeholder never written somewhere (or a report is "
+       "unreadable), 2 no reports.\n",
        [&] {
          if (report_options.inputs.empty()) {
            fprintf(stderr, "fsdpskip report: no reports given: fsdpskip report DIRECTORY_OR_FILE... (reports come from "

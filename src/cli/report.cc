@@ -1,7 +1,8 @@
 // `fsdpskip report`: the per-process JSON reports of a job (their keys are
 // report.def's) gathered into one table and one verdict. The verdict fails
-// when any process left a storage pending, or when a report cannot be read
-// (a process that died while writing leaves only its .partial file).
+// when any process left a storage pending or a placeholder never written, or
+// when a report cannot be read (a process that died while writing leaves
+// only its .partial file).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -144,6 +145,9 @@ int report(const ReportOptions& options) {
     std::string who = text_field(r, "host", "?") + " rank " + integer(r, "rank") + " pid " + integer(r, "pid");
     if (pending_here)
       reasons.push_back(who + ": " + std::to_string(pending_here) + " storage(s) pending: never received rank 0's data");
+    if (uint64_t never_written = counters[Counter::storages_never_written])
+      reasons.push_back(who + ": " + std::to_string(never_written) +
+                        " placeholder(s) never written before training began: they hold no values of rank 0's");
     bool loading_ended = flag_field(r, "loading_ended", false);
     if (calls_here && !loading_ended)
       notes.push_back(who + ": skipped inits but saw no broadcast from rank 0");

@@ -83,6 +83,7 @@ void finish() {
   tracker.begin_shutdown();
   if (tracker.forked_child()) return;
   bool audit = g_preload->mode == FSDPSKIP_MODE_AUDIT;
+  std::vector<SkipSite> never_written = tracker.training() ? tracker.never_written() : std::vector<SkipSite>{};
   Stats stats = tracker.stats();
   stats[Counter::internal_errors] = g_internal_errors.load(std::memory_order_relaxed);
   std::vector<SkipSite> pending = tracker.pending();
@@ -95,7 +96,7 @@ void finish() {
   // rank turned active too late) says its summary only at debug level; a rank
   // that had nothing to save says that, and why, at the default level.
   bool acted = calls || stats[Counter::lazy_zero_calls] || stats[Counter::storages_skipped] || !pending.empty() ||
-               stats[Counter::internal_errors];
+               !never_written.empty() || stats[Counter::internal_errors];
   say(acted ? FSDPSKIP_MESSAGE_SUMMARY : FSDPSKIP_MESSAGE_DEBUG, summary_line(context, stats, audit));
   if (had_nothing_to_save(calls, stats, stats.loading_ended))
     say(FSDPSKIP_MESSAGE_SUMMARY, nothing_skipped_line(context, stats));
@@ -106,7 +107,7 @@ void finish() {
   if (g_preload->report_template != nullptr) {
     std::string path, error;
     if (!expand_report_path(g_preload->report_template, context, &path, &error) ||
-        !write_atomically(path, report_json(context, stats, pending, audit), &error))
+        !write_atomically(path, report_json(context, stats, pending, never_written, audit), &error))
       say(FSDPSKIP_MESSAGE_ERROR, "FSDPSKIP_REPORT: " + error + "; no report written");
   }
 }
@@ -120,12 +121,16 @@ void finish() {
 void training_began(size_t bytes, bool rank0_data_seen) {
   Tracker& tracker = Tracker::instance();
   if (tracker.forked_child()) return;  // its parent reports
-  std::vector<SkipSite> pending = tracker.pending();
-  if (pending.empty()) return;
+  std::vector<SkipSite> pending = tracker.pending(), never_written = tracker.never_written();
+  if (pending.empty() && never_written.empty()) return;
   bool audit = g_preload->mode == FSDPSKIP_MODE_AUDIT;
   bool aborting = !audit && g_preload->on_pending == FSDPSKIP_ON_PENDING_ABORT;
-  say(aborting ? FSDPSKIP_MESSAGE_ERROR : FSDPSKIP_MESSAGE_WARNING,
-      pending_in_training_line(bytes, pending.size(), rank0_data_seen, audit, aborting));
+  if (!pending.empty())
+    say(aborting ? FSDPSKIP_MESSAGE_ERROR : FSDPSKIP_MESSAGE_WARNING,
+        pending_in_training_line(bytes, pending.size(), rank0_data_seen, audit, aborting));
+  // Not fsdpskip's doing: the framework's placeholders, with or without it.
+  for (const SkipSite& site : never_written)
+    say(aborting ? FSDPSKIP_MESSAGE_ERROR : FSDPSKIP_MESSAGE_PENDING_IN_TRAINING, never_written_line(site));
   if (!aborting) {
     for (const SkipSite& site : pending) say(FSDPSKIP_MESSAGE_PENDING_IN_TRAINING, pending_line(site));
     return;

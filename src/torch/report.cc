@@ -83,6 +83,24 @@ std::vector<std::string> native_frames_text(const SkipSite& site) {
   return frames;
 }
 
+// The site's stack for a line on stderr, after `lead`: the Python frames say
+// where in the user's code (torch's own Python, nn.init's helpers, is left
+// to the report); a few native ones say which torch function.
+std::string where_text(const SkipSite& site, const char* lead) {
+  std::vector<std::string> python = python_frames_text(site, false, true), native = native_frames_text(site);
+  std::string text;
+  size_t shown = 0;
+  for (size_t i = 0; i < python.size() && i < 3; ++i) text += (shown++ ? " < " : lead) + python[i];
+  for (size_t i = 0; i < native.size() && shown < 6; ++i) text += (shown++ ? " < " : lead) + native[i];
+  return text;
+}
+
+// "normal_" for a skipped storage's first kernel; "none" for a placeholder
+// that nothing wrote.
+const char* first_kernel_name(const SkipSite& site) {
+  return site.first_kernel == FSDPSKIP_NO_KERNEL ? "none" : kernel_name(site.first_kernel);
+}
+
 }  // namespace
 
 std::string counter_text(const ReportKey& row, uint64_t value) {
@@ -125,14 +143,15 @@ std::string pending_line(const SkipSite& site) {
   std::string line = format("pending storage %s %s on %s, %s: skipped (%s) and never received rank 0's data",
                             site.shape.c_str(), site.dtype.c_str(), site.device.c_str(),
                             bytes_text(site.bytes).c_str(), kernel_name(site.first_kernel));
-  // The Python frames say where in the user's code (torch's own Python,
-  // nn.init's helpers, is left to the report); a few native ones say which
-  // torch function.
-  std::vector<std::string> python = python_frames_text(site, false, true), native = native_frames_text(site);
-  size_t shown = 0;
-  for (size_t i = 0; i < python.size() && i < 3; ++i) line += (shown++ ? " < " : "; skipped at ") + python[i];
-  for (size_t i = 0; i < native.size() && shown < 6; ++i) line += (shown++ ? " < " : "; skipped at ") + native[i];
-  return line;
+  return line + where_text(site, "; skipped at ");
+}
+
+std::string never_written_line(const SkipSite& site) {
+  std::string line = format("never-written storage %s %s on %s, %s: a placeholder that nothing wrote before training "
+                            "began (no init, copy, fill, broadcast or receive, no page in memory): it holds no "
+                            "values of rank 0's",
+                            site.shape.c_str(), site.dtype.c_str(), site.device.c_str(), bytes_text(site.bytes).c_str());
+  return line + where_text(site, "; made at ");
 }
 
 std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_data_seen, bool audit, bool aborting) {
@@ -149,8 +168,8 @@ std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_da
   return line;
 }
 
-std::string report_json(const ReportContext& context, const Stats& stats,
-                        const std::vector<SkipSite>& pending, bool audit) {
+std::string report_json(const ReportContext& context, const Stats& stats, const std::vector<SkipSite>& pending,
+                        const std::vector<SkipSite>& never_written, bool audit) {
   std::string json = format("{\n  \"schema\": \"%s\",\n  \"schema_version\": %d,\n", kReportSchema,
                             kReportSchemaVersion);
   json += format("  \"host\": %s,\n  \"pid\": %d,\n  \"rank\": %d,\n  \"local_rank\": %d,\n",
@@ -162,19 +181,24 @@ std::string report_json(const ReportContext& context, const Stats& stats,
   json += "}";
   for (int c = 0; c < kCounterCount; ++c)
     json += format(",\n  \"%s\": %llu", kCounterRows.rows[c]->key, static_cast<unsigned long long>(stats.values[c]));
-  json += ",\n  \"pending\": [";
-  for (size_t i = 0; i < pending.size(); ++i) {
-    const SkipSite& site = pending[i];
-    json += format("%s\n    {\"shape\": %s, \"dtype\": %s, \"device\": %s, \"bytes\": %zu, \"kernel\": \"%s\", "
-                   "\"stack\": [",
-                   i ? "," : "", json_string(site.shape).c_str(), json_string(site.dtype).c_str(),
-                   json_string(site.device).c_str(), site.bytes, kernel_name(site.first_kernel));
-    std::vector<std::string> frames = python_frames_text(site, true), native = native_frames_text(site);
-    frames.insert(frames.end(), native.begin(), native.end());
-    for (size_t f = 0; f < frames.size(); ++f) json += (f ? ", " : "") + json_string(frames[f]);
-    json += "]}";
-  }
-  json += pending.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  auto sites = [&](const char* key, const std::vector<SkipSite>& list) {
+    json += format(",\n  \"%s\": [", key);
+    for (size_t i = 0; i < list.size(); ++i) {
+      const SkipSite& site = list[i];
+      json += format("%s\n    {\"shape\": %s, \"dtype\": %s, \"device\": %s, \"bytes\": %zu, \"kernel\": \"%s\", "
+                     "\"stack\": [",
+                     i ? "," : "", json_string(site.shape).c_str(), json_string(site.dtype).c_str(),
+                     json_string(site.device).c_str(), site.bytes, first_kernel_name(site));
+      std::vector<std::string> frames = python_frames_text(site, true), native = native_frames_text(site);
+      frames.insert(frames.end(), native.begin(), native.end());
+      for (size_t f = 0; f < frames.size(); ++f) json += (f ? ", " : "") + json_string(frames[f]);
+      json += "]}";
+    }
+    json += list.empty() ? "]" : "\n  ]";
+  };
+  sites("pending", pending);
+  sites("never_written", never_written);
+  json += "\n}\n";
   return json;
 }
 

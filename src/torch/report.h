@@ -23,7 +23,9 @@ inline constexpr int kPendingExitStatus = 3;
 // arrived, or after it (data no sync covers); `aborting` when the process
 // ends here.
 std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_data_seen, bool audit, bool aborting);
-std::string report_json(const ReportContext& context, const Stats& stats,
-                        const std::vector<SkipSite>& pending, bool audit);
+// One placeholder that nothing wrote before training began, and where it was made.
+std::string never_written_line(const SkipSite& site);
+std::string report_json(const ReportContext& context, const Stats& stats, const std::vector<SkipSite>& pending,
+                        const std::vector<SkipSite>& never_written, bool audit);
 
 }  // namespace fsdpskip

@@ -197,7 +197,7 @@ Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
   // failure leaves the storage as it was.
   auto entry = records_.try_emplace(context).first;
   Record& record = entry->second;
-  record = Record{storage, swap ? deleter : nullptr, std::nullopt, role, false, false, nullptr};
+  record = Record{storage, swap ? deleter : nullptr, std::nullopt, role, false, false, false, nullptr};
   if (!swap) {
     record.watched.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
   } else if (!data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) {
@@ -554,6 +554,12 @@ void Tracker::zero_lazily(const at::Tensor& self) {
   bool loading_now = loading();
   Zeroed zeroed = zero_range(begin, bytes, true);
   std::lock_guard<std::mutex> lock(mutex_);
+  // Written, although its pages are not in memory: not a placeholder,
+  // whether tagged already or later (zeros_like, then nn.Parameter).
+  c10::StorageImpl* storage = storage_of(self);
+  if (tracked_.load() != 0)
+    if (Record* record = find_locked(storage)) record->placeholder = false;
+  if (loading_now) zeroed_while_loading_.insert(compat::data_ptr(*storage).get());
   ++stats_[Counter::lazy_zero_calls];
   if (loading_now) stats_[Counter::lazy_zero_bytes_never_committed] += zeroed.released;
 }
@@ -595,6 +601,7 @@ void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
   std::lock_guard<std::mutex> lock(mutex_);
   Record* target = find_locked(destination);
   if (target == nullptr || target->role != Role::kParameter) return;
+  target->placeholder = false;  // written: a copy of anything
   Record* origin = find_locked(source);
   // Only rank 0's data resolves: a copy of a locally computed tensor (the
   // resampling of torch >= 2.12's trunc_normal_, orthogonal_'s QR factor) does not.
@@ -605,12 +612,58 @@ void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
 }
 
 void Tracker::requires_grad_set(c10::TensorImpl* tensor) {
-  if (loading()) tag(compat::storage_of(tensor));
+  if (!loading()) return;
+  c10::StorageImpl* storage = compat::storage_of(tensor);
+  if (tag(storage)) note_placeholder(storage, *tensor);
 }
 
 void Tracker::data_set(const at::TensorBase& self) {
   // `param.data = t` gives a parameter a new storage (to_empty, _apply).
-  if (loading() && self.requires_grad() && self.is_leaf()) tag(storage_of(self));
+  if (!loading() || !self.requires_grad() || !self.is_leaf()) return;
+  c10::StorageImpl* storage = storage_of(self);
+  if (tag(storage)) note_placeholder(storage, *self.unsafeGetTensorImpl());
+}
+
+void Tracker::note_placeholder(c10::StorageImpl* storage, const c10::TensorImpl& tensor) {
+  // A storage that arrived with data (torch.load, a checkpoint's bytes) is
+  // in memory; a file mapping or numpy's memory is not the CPU allocator's.
+  // One mincore per parameter, while loading only.
+  auto* data = static_cast<char*>(compat::data_ptr(*storage).get());
+  if (forked_child_ || data == nullptr || storage->nbytes() < 2 * system_page_size() ||
+      any_page_resident(data, storage->nbytes()))
+    return;
+  auto site = std::make_unique<SkipSite>();
+  site->shape = shape_string(tensor.sizes());
+  site->dtype = std::string(c10::toString(c10::typeMetaToScalarType(tensor.dtype())));
+  site->device = tensor.device().str();
+  site->bytes = storage->nbytes();
+  site->first_kernel = FSDPSKIP_NO_KERNEL;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Record* record = find_locked(storage);
+    if (record == nullptr || record->role != Role::kParameter || record->skipped || record->placeholder ||
+        zeroed_while_loading_.count(data) != 0 || !from_cpu_allocator(storage, original_deleter(record, storage)))
+      return;
+    record->placeholder = true;
+    record->site = std::move(site);
+  }
+  record_skip_stack(storage);
+}
+
+std::vector<SkipSite> Tracker::never_written() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (never_written_) return *never_written_;
+  sweep_ended_locked();
+  std::vector<SkipSite> result;
+  for (auto& entry : records_) {
+    const Record& record = entry.second;
+    if (record.role == Role::kParameter && record.placeholder && !record.skipped &&
+        !any_page_resident(compat::data_ptr(*record.storage).get(), record.storage->nbytes()))
+      result.push_back(*record.site);
+  }
+  stats_[Counter::storages_never_written] = result.size();
+  never_written_ = result;
+  return result;
 }
 
 void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
@@ -640,6 +693,7 @@ Tracker::TrainingStart Tracker::collective_started(size_t bytes) {
 void Tracker::end_loading_locked(bool by_rank0_data) {
   if (!tagged_any_.load() || !loading_.exchange(false)) return;
   if (by_rank0_data) stats_.loading_ended = true;
+  zeroed_while_loading_.clear();  // nothing is tagged until the next loading phase
   // Comparisons are answered from known zeros only while loading: a write
   // fsdpskip does not see (index_put_, numpy) cannot mislead a later phase.
   if (zeros_known_.load() != 0)

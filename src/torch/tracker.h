@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "../common/plugin_abi.h"
@@ -130,6 +131,13 @@ class Tracker {
   void begin_shutdown() { shutting_down_.store(true); }
   Stats stats();
   std::vector<SkipSite> pending();
+  // Placeholders tagged while loading (torch.empty, empty_like: their pages
+  // not yet in memory) that nothing has written since: no init, copy, fill,
+  // broadcast or receive fsdpskip saw, and still no page in memory, so no
+  // write it could not see either. Found at the first call, as training
+  // begins, and counted as storages_never_written; later calls (the report
+  // at exit) get the same list.
+  std::vector<SkipSite> never_written();
 
   // Called by tracked_deleter: forgets ctx and returns its original deleter.
   c10::DeleterFnPtr forget(void* context);
@@ -143,6 +151,9 @@ class Tracker {
     std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> watched;  // not swapped
     Role role;
     bool skipped = false;  // pending while role == kParameter
+    // Tagged with no page of it in memory (a fresh torch.empty placeholder):
+    // `site` says what and where, for never_written().
+    bool placeholder = false;
     // Holds zeros: skipped and zeroed, or produced by zeros_produced(), and
     // not written since through any kernel fsdpskip sees.
     bool zeros = false;
@@ -174,6 +185,9 @@ class Tracker {
   bool mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self);
   // After a first skip, outside the lock: where it came from, into its site.
   void record_skip_stack(c10::StorageImpl* storage);
+  // After a tag by requires_grad_set or data_set: a storage of the CPU
+  // allocator's with no page in memory is a placeholder, its site recorded.
+  void note_placeholder(c10::StorageImpl* storage, const c10::TensorImpl& tensor);
   bool shutting_down() const;
   fsdpskip_verdict skip_verdict() const { return audit_ ? FSDPSKIP_AUDIT : FSDPSKIP_SKIP; }
   bool from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const;
@@ -195,6 +209,10 @@ class Tracker {
   std::mutex mutex_;
   std::unordered_map<void*, Record> records_;  // by DataPtr context
   std::vector<SkipSite> freed_at_shutdown_;
+  std::optional<std::vector<SkipSite>> never_written_;  // never_written()'s answer, once found
+  // The storages zeroed lazily during this loading phase, by their data:
+  // written (with zeros), though none of their pages is in memory.
+  std::unordered_set<const void*> zeroed_while_loading_;
   // Generators whose draws could not be reproduced (an any() answered on a
   // skipped storage after they were advanced for it: trunc_normal_'s
   // rejection test), with their seed then: a reseed makes them exact again.

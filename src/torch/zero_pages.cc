@@ -38,6 +38,21 @@ size_t lazy_zero_threshold(size_t page) {
   return 2 * page > kMemsetBelow ? 2 * page : kMemsetBelow;
 }
 
+bool any_page_resident(const void* data, size_t bytes, size_t page) {
+  WholePages pages(data, bytes, usable(page));
+  constexpr size_t kPagesPerCall = 4096;
+  unsigned char resident[kPagesPerCall];
+  const size_t kernel_page = system_page_size();
+  for (uintptr_t at = pages.first; at < pages.last;) {
+    size_t count = (pages.last - at) / kernel_page < kPagesPerCall ? (pages.last - at) / kernel_page : kPagesPerCall;
+    if (mincore(reinterpret_cast<void*>(at), count * kernel_page, resident) != 0) return true;
+    for (size_t i = 0; i < count; ++i)
+      if (resident[i] & 1) return true;
+    at += count * kernel_page;
+  }
+  return false;
+}
+
 Zeroed zero_range(void* data, size_t bytes, bool private_anonymous, size_t page) {
   Zeroed zeroed;
   WholePages pages(data, bytes, usable(page));

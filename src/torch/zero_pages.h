@@ -24,6 +24,10 @@ struct Zeroed {
 // whole pages released; otherwise every byte is written.
 Zeroed zero_range(void* data, size_t bytes, bool private_anonymous, size_t page = system_page_size());
 
+// True when some whole page inside [data, data + bytes) is in memory
+// (mincore), or when that cannot be told.
+bool any_page_resident(const void* data, size_t bytes, size_t page = system_page_size());
+
 // The least zero_ done by releasing pages: below it a memset costs less than
 // the system calls. 64 KiB, or two pages where pages are larger (with 64 KiB
 // pages, a range of 64 KiB rarely holds a whole page; one of 128 KiB always

@@ -345,6 +345,36 @@ def unsynced_model_then_training():
     return {"trained": True, "reference_zero": all(bool((p == 0).all()) for p in reference.parameters())}
 
 
+def never_written_placeholders():
+    """A job of one rank (world size 1, FSDPSKIP_LOCAL_RANK=1): a policy a
+    broadcast syncs, and an unsynced module of placeholders made four ways
+    before training's first gradient all-reduce: torch.empty (98 MB, never
+    written: what transformers <= 5.5's empty_like left where no data came),
+    torch.load (arrived with data), torch.frombuffer (not the CPU
+    allocator's) and torch.zeros (written, with zeros)."""
+    import io
+    import tempfile
+    import torch.distributed as dist
+    with tempfile.TemporaryDirectory() as directory:
+        dist.init_process_group("gloo", store=dist.FileStore(os.path.join(directory, "store"), 1), rank=0,
+                                world_size=1)
+        policy = hf_model()
+        saved = io.BytesIO()
+        torch.save(torch.arange(1 << 20, dtype=torch.float32), saved)
+        saved.seek(0)
+        placeholders = nn.ParameterDict({
+            "empty": nn.Parameter(torch.empty(32000, 768)),  # never_written_placeholders: the empty one
+            "loaded": nn.Parameter(torch.load(saved)),
+            "from_buffer": nn.Parameter(torch.frombuffer(bytearray(4 << 20), dtype=torch.float32)),
+            "zeros": nn.Parameter(torch.zeros(1 << 20)),
+        })
+        for param in policy.parameters():
+            dist.broadcast(param.data, 0)
+        dist.all_reduce(torch.ones(1024))
+        dist.destroy_process_group()
+    return {"trained": True, "shapes": {name: list(p.shape) for name, p in placeholders.items()}}
+
+
 def _batch_sum(batch):
     return float(batch.sum())
 

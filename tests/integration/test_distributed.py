@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from harness import LOAD_MODEL, PYTHON, SANITIZED, SCENARIOS, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
+from harness import (COMMAND, LOAD_MODEL, PYTHON, SANITIZED, SCENARIOS, rank_lines, run, said_by_fsdpskip,
+                     summary_lines, torchrun)
 
 measures_memory = pytest.mark.skipif(SANITIZED, reason="ASan's allocator commits memory of its own")
 
@@ -169,6 +170,29 @@ def test_on_pending_abort_ends_the_process_at_trainings_first_collective(tmp_pat
     assert audited.returncode == 0 and json.loads(audited.stdout) == {"trained": True, "reference_zero": False}
     said = said_by_fsdpskip(audited.stderr.splitlines())
     assert any("warning:" in l and "would stay pending (audit" in l for l in said), said
+
+
+def test_a_placeholder_nothing_wrote_is_named_when_training_begins(tmp_path):
+    """A torch.empty placeholder that nothing wrote by training's first
+    collective is named there ("never written", its shape and the Python
+    line that made it), counted in the summary and the report, and fails
+    `fsdpskip report`'s verdict; placeholders that arrived with data
+    (torch.load), are not the CPU allocator's (frombuffer) or were zeroed
+    are not. fsdpskip changes no value here: the program runs on."""
+    report = tmp_path / "report.json"
+    done = run([PYTHON, SCENARIOS, "never_written_placeholders"], LOCAL_RANK=1, FSDPSKIP="on",
+               FSDPSKIP_REPORT=str(report))
+    assert done.returncode == 0 and json.loads(done.stdout)["trained"], done.stderr
+    named = [l for l in said_by_fsdpskip(done.stderr.splitlines()) if "never-written storage" in l]
+    assert len(named) == 1 and "32000x768 Float" in named[0], done.stderr
+    assert re.search(r"made at scenarios\.py:\d+ in never_written_placeholders", named[0]), named
+    line = summary_lines(done.stderr, 1)
+    assert len(line) == 1 and "never written 1" in line[0], done.stderr
+    written = json.loads(report.read_text())
+    assert written["storages_never_written"] == 1 and written["never_written"][0]["shape"] == "32000x768"
+    assert written["never_written"][0]["kernel"] == "none"
+    verdict = run([COMMAND, "report", str(report)])
+    assert verdict.returncode == 1 and "placeholder(s) never written" in verdict.stdout + verdict.stderr, verdict
 
 
 @measures_memory
