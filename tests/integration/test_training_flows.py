@@ -41,6 +41,7 @@ def test_training_is_bitwise_unchanged_and_rank1_builds_for_a_fraction(tmp_path,
     for rank in (0, 1):
         assert ranks[rank]["losses"] == plain[rank]["losses"], (rank, plain[rank], ranks[rank])
         assert ranks[rank]["final"] == plain[rank]["final"], (rank, plain[rank], ranks[rank])
+        assert ranks[rank]["made"] == plain[rank]["made"], (rank, plain[rank], ranks[rank])
         assert ranks[rank]["equal_to_rank0"] and plain[rank]["equal_to_rank0"], rank
     model = ranks[1]["model_bytes"]
     assert plain[1]["rss_growth_bytes"] > 0.9 * model, plain[1]  # without fsdpskip, rank 1 commits the model

@@ -151,6 +151,29 @@ def peft_before_sync():
     return model, seconds, growth, lambda: train(synced, adamw(model))
 
 
+# Digests a flow takes of what it made before training, compared with the
+# run without fsdpskip like the losses (rank<N>.json's "made").
+MADE = {}
+
+
+def peft_after_sync():
+    """PEFT LoRA adapters added after DDP's sync of the base model, with a
+    reseed first (as a fine-tuning script that seeds before its adapters):
+    they are made after the loading ended, so they are initialised on every
+    rank as without fsdpskip, never skipped; then the adapted model is
+    wrapped in DDP again and trained."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+    base, seconds, growth = measured(lambda: LlamaForCausalLM(llama_config()))
+    nn.parallel.DistributedDataParallel(base)
+    torch.manual_seed(1)
+    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    # Each rank's own adapters, before DDP overwrites rank 1's with rank 0's.
+    MADE["adapters"] = combined({name: digest for name, digest in parameter_digests(model).items() if "lora_" in name})
+    synced = nn.parallel.DistributedDataParallel(model)
+    return model, seconds, growth, lambda: train(synced, adamw(model))
+
+
 def fabric_ddp():
     """Lightning Fabric's DDP strategy on CPU: the model built as usual (no
     empty_init), fabric.setup() wraps it in DDP, which broadcasts."""
@@ -185,7 +208,8 @@ def save(directory):
 
 
 FLOWS = {"ddp-from-config": ddp_from_config, "fsdp2-broadcast": fsdp2_broadcast,
-         "custom-init-weights": custom_init_weights, "peft-before-sync": peft_before_sync, "fabric-ddp": fabric_ddp,
+         "custom-init-weights": custom_init_weights, "peft-before-sync": peft_before_sync,
+         "peft-after-sync": peft_after_sync, "fabric-ddp": fabric_ddp,
          "from-pretrained": from_pretrained}
 # How each is launched, with and without fsdpskip: flow_variables.py.
 
@@ -213,6 +237,7 @@ def main():
     result = {"flow": args.flow, "rank": dist.get_rank(), "build_seconds": seconds, "rss_growth_bytes": growth,
               "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
               "equal_to_rank0": all(d == everyone[0] for d in everyone)}
+    result["made"] = MADE
     result["losses"] = training()
     result["final"] = combined(parameter_digests(model))
     result["versions"] = {name: sys.modules[name].__version__ for name in ("torch", "transformers", "peft", "lightning")
