@@ -128,6 +128,8 @@ void training_began(size_t bytes, bool rank0_data_seen) {
   if (!pending.empty())
     say(aborting ? FSDPSKIP_MESSAGE_ERROR : FSDPSKIP_MESSAGE_WARNING,
         pending_in_training_line(bytes, pending.size(), rank0_data_seen, audit, aborting));
+  else if (aborting)
+    say(FSDPSKIP_MESSAGE_ERROR, never_written_abort_line(never_written.size()));
   // Not fsdpskip's doing: the framework's placeholders, with or without it.
   for (const SkipSite& site : never_written)
     say(aborting ? FSDPSKIP_MESSAGE_ERROR : FSDPSKIP_MESSAGE_PENDING_IN_TRAINING, never_written_line(site));

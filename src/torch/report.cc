@@ -154,6 +154,11 @@ std::string never_written_line(const SkipSite& site) {
   return line + where_text(site, "; made at ");
 }
 
+std::string never_written_abort_line(size_t never_written) {
+  return format("training began with %zu never-written placeholders; FSDPSKIP_ON_PENDING=abort: ending the process "
+                "with exit status %d", never_written, kPendingExitStatus);
+}
+
 std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_data_seen, bool audit, bool aborting) {
   std::string line = format("training began (a collective of %zu bytes) %s: %zu %s", bytes,
                             rank0_data_seen ? "after rank 0's broadcast, which did not cover every skipped storage"

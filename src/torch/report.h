@@ -25,6 +25,8 @@ inline constexpr int kPendingExitStatus = 3;
 std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_data_seen, bool audit, bool aborting);
 // One placeholder that nothing wrote before training began, and where it was made.
 std::string never_written_line(const SkipSite& site);
+// What FSDPSKIP_ON_PENDING=abort says when only such placeholders stop it.
+std::string never_written_abort_line(size_t never_written);
 std::string report_json(const ReportContext& context, const Stats& stats, const std::vector<SkipSite>& pending,
                         const std::vector<SkipSite>& never_written, bool audit);
 

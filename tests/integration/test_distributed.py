@@ -194,6 +194,10 @@ def test_a_placeholder_nothing_wrote_is_named_when_training_begins(tmp_path):
     assert written["never_written"][0]["kernel"] == "none"
     verdict = run([COMMAND, "report", str(report)])
     assert verdict.returncode == 1 and "placeholder(s) never written" in verdict.stdout + verdict.stderr, verdict
+    stopped = run([PYTHON, SCENARIOS, "never_written_placeholders"], LOCAL_RANK=1, FSDPSKIP="on",
+                  FSDPSKIP_ON_PENDING="abort")
+    assert stopped.returncode == 3 and stopped.stdout == "", stopped.stderr
+    assert "1 never-written placeholders; FSDPSKIP_ON_PENDING=abort: ending the process" in stopped.stderr
 
 
 @measures_memory
