@@ -139,6 +139,13 @@ def test_every_model_of_a_multi_model_job_benefits(tmp_path, checkpoint, mistral
     assert re.search(r"normal_ \d+", line), line
 
 
+# transformers from 5.23 makes no placeholders on a non-zero rank: every rank
+# reads the checkpoint into its parameters, so a later model has no zero_ to
+# make lazy, in memory or not (the sid root's 5.12 runs this).
+READS_THE_CHECKPOINT_ON_EVERY_RANK = tuple(int(v) for v in re.findall(r"\d+", transformers.__version__)[:2]) >= (5, 23)
+
+
+@pytest.mark.skipif(READS_THE_CHECKPOINT_ON_EVERY_RANK, reason="no placeholders on a non-zero rank to land anywhere")
 def test_a_later_model_on_memory_an_earlier_one_freed_commits_no_more_than_alone(tmp_path, checkpoint,
                                                                                    mistral_checkpoint):
     """A job that loads a model, syncs it, drops it and loads the next: the
