@@ -19,6 +19,10 @@ fail, without it:
   e. record_stream      the caching allocator still honours record_stream on a
                         tagged storage (its block is not handed out again while
                         a side stream uses it)
+  f. fsdp1_sync_module_states
+                        FSDP1 with device_id and sync_module_states over NCCL
+                        (world size 1) on a model built on the CPU, then a
+                        training step: skipped, resolved, nothing pending
 Prints a table and writes gpu-check.json. Without a GPU it says "no GPU" and
 exits 1."""
 import argparse
@@ -99,6 +103,30 @@ def two_ranks_gloo(args):
             "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
 
 
+def fsdp1_sync_module_states(args):
+    """FSDP1 as RAM-efficient loading runs it on a GPU: the model built on the
+    CPU (its inits skipped at local rank 1), then FullyShardedDataParallel
+    with device_id and sync_module_states, which moves it to the GPU and
+    broadcasts rank 0's values (world size 1: this process's own), then a
+    training step (its reduce-scatter is training's first collective)."""
+    import torch
+    import torch.nn as nn
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    dist = init_group("nccl", 0, 1)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)])
+    with torch.no_grad():
+        for module in model:
+            module.weight.normal_(0.0, 0.02)
+            module.bias.zero_()
+    wrapped = FullyShardedDataParallel(model, device_id=torch.cuda.current_device(), sync_module_states=True)
+    wrapped(torch.ones(8, 1024, device="cuda")).sum().backward()
+    torch.cuda.synchronize()
+    finite = all(bool(torch.isfinite(p).all()) for p in wrapped.parameters())
+    dist.destroy_process_group()
+    return {"all_finite": finite}
+
+
 def save_checkpoint(args):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -172,7 +200,7 @@ def probe_gpu(args):
 
 
 CHILDREN = {f.__name__: f for f in (init_on_cuda, nccl_broadcast, two_ranks_gloo, save_checkpoint, from_pretrained,
-                                     record_stream, probe_gpu)}
+                                     record_stream, fsdp1_sync_module_states, probe_gpu)}
 
 
 # ---- the parent: runs the children, judges, prints ------------------------
@@ -269,9 +297,19 @@ def judge_record_stream(runner):
         report["storages_skipped"]), {"with": skipped, "without": plain, "report": report}
 
 
+def judge_fsdp1_sync_module_states(runner):
+    result, _ = runner.run("fsdp1_sync_module_states", True, RANK=0, WORLD_SIZE=1)
+    report = runner.report("fsdp1_sync_module_states")
+    ok = result["all_finite"] and report["storages_skipped"] > 0 and report["pending_count"] == 0 and \
+        report["loading_ended"] and report.get("storages_never_written", 0) == 0
+    return ok, "skipped %d storages, resolved by overwrite %d, by free %d, pending %d, finite %s" % (
+        report["storages_skipped"], report["resolved_by_overwrite"], report["resolved_by_free"],
+        report["pending_count"], result["all_finite"]), {"result": result, "report": report}
+
+
 STEPS = [("a init_on_cuda", judge_init_on_cuda), ("b nccl_broadcast", judge_nccl_broadcast),
          ("c two_ranks_gloo", judge_two_ranks_gloo), ("d from_pretrained", judge_from_pretrained),
-         ("e record_stream", judge_record_stream)]
+         ("e record_stream", judge_record_stream), ("f fsdp1_sync_module_states", judge_fsdp1_sync_module_states)]
 
 
 def main():
