@@ -1,7 +1,7 @@
 // The page arithmetic of src/torch/zero_pages.cc with 4 KiB pages (x86-64)
 // and 64 KiB pages (many Grace kernels), on this kernel's own pages: whole
-// pages released, partial first and last pages written, the lazy-zero
-// threshold. What only a 64 KiB-page kernel shows (madvise and
+// pages released, partial first and last pages written, which whole pages
+// are in memory, the lazy-zero threshold. What only a 64 KiB-page kernel shows (madvise and
 // mincore on its own pages) is not covered here, nor under emulation.
 #include "zero_pages.h"
 
@@ -93,6 +93,21 @@ TEST_P(ZeroPages, MemoryOfOtherKindsIsWrittenNeverReleased) {
   EXPECT_EQ(zeroed.released, 0u);
   EXPECT_EQ(zeroed.written, 4 * page());
   for (bool in_memory : resident(region.base(), 4 * page())) EXPECT_TRUE(in_memory);
+}
+
+TEST_P(ZeroPages, AnyPageResidentSeesOneKernelPageInsideTheWholePages) {
+  Region region(6 * kLargestPage);
+  char* data = region.base() + 100;  // whole pages: [base + page, base + 4 pages)
+  size_t bytes = 4 * page();
+  EXPECT_TRUE(any_page_resident(data, bytes, page()));
+  ASSERT_EQ(madvise(region.base(), 6 * kLargestPage, MADV_DONTNEED), 0);
+  EXPECT_FALSE(any_page_resident(data, bytes, page()));
+  // The partial edges are not looked at; one kernel page inside a whole page is.
+  data[0] = 1;
+  data[bytes - 1] = 1;
+  EXPECT_FALSE(any_page_resident(data, bytes, page()));
+  region.base()[2 * page() + page() - system_page_size()] = 1;  // the last kernel page of the third page
+  EXPECT_TRUE(any_page_resident(data, bytes, page()));
 }
 
 TEST_P(ZeroPages, ARangeAsLargeAsTheThresholdAlwaysReleasesAPage) {
