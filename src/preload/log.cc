@@ -29,8 +29,8 @@ constexpr MessageKind kKinds[] = {
     /* PENDING */ {FSDPSKIP_LOG_SUMMARY, "error: ", 20,
                    "more storages are pending than are listed here; FSDPSKIP_REPORT lists them all"},
     /* PENDING_IN_TRAINING */ {FSDPSKIP_LOG_SUMMARY, "warning: ", 20,
-                               "more storages are pending than are listed here; the exit summary and "
-                               "FSDPSKIP_REPORT list them again"},
+                               "more storages are pending or never written than are listed here; "
+                               "FSDPSKIP_REPORT lists them all"},
     /* DEBUG   */ {FSDPSKIP_LOG_DEBUG, "", 0, nullptr},
     /* TRACE   */ {FSDPSKIP_LOG_TRACE, "", 0, nullptr},
 };

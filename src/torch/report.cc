@@ -101,6 +101,11 @@ const char* first_kernel_name(const SkipSite& site) {
   return site.first_kernel == FSDPSKIP_NO_KERNEL ? "none" : kernel_name(site.first_kernel);
 }
 
+// What FSDPSKIP_ON_PENDING=abort does, in both lines that announce it.
+std::string ending_the_process() {
+  return format("FSDPSKIP_ON_PENDING=abort: ending the process with exit status %d", kPendingExitStatus);
+}
+
 }  // namespace
 
 std::string counter_text(const ReportKey& row, uint64_t value) {
@@ -155,8 +160,7 @@ std::string never_written_line(const SkipSite& site) {
 }
 
 std::string never_written_abort_line(size_t never_written) {
-  return format("training began with %zu never-written placeholders; FSDPSKIP_ON_PENDING=abort: ending the process "
-                "with exit status %d", never_written, kPendingExitStatus);
+  return format("training began with %zu never-written placeholders; ", never_written) + ending_the_process();
 }
 
 std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_data_seen, bool audit, bool aborting) {
@@ -168,8 +172,7 @@ std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_da
   if (!audit) line += rank0_data_seen ? "; no sync covers them (an evaluation-only, reference or reward model?): this "
                                         "rank holds zeros there, where without fsdpskip it would hold its own init"
                                       : "; this rank trains on zeros where it should hold rank 0's values";
-  line += aborting ? format("; FSDPSKIP_ON_PENDING=abort: ending the process with exit status %d", kPendingExitStatus)
-                   : std::string("; FSDPSKIP_ON_PENDING=abort stops the process here");
+  line += aborting ? "; " + ending_the_process() : std::string("; FSDPSKIP_ON_PENDING=abort stops the process here");
   return line;
 }
 
