@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import launch
-from measure import digest, rss_kib
+from measure import digest, gathered, rss_kib
 
 SIZES = {  # name: (hidden, intermediate, layers, vocab)
     "tiny": (64, 172, 2, 512),
@@ -296,8 +296,7 @@ def main():
     if unsynced is not None:
         # Seeded alike and built alike, it is the same on every rank without
         # fsdpskip: a correct program, although no sync covers it.
-        digests = [None] * dist.get_world_size()
-        dist.all_gather_object(digests, {name: digest(p) for name, p in unsynced.named_parameters()})
+        digests = gathered({name: digest(p) for name, p in unsynced.named_parameters()})
         result["unsynced_equal_to_rank0"] = all(d == digests[0] for d in digests)
     if args.hold:
         HELD.append(model)
