@@ -2,6 +2,7 @@
 digests and facts; the tests run it without the preload, on local rank 0 and
 on local rank 1, and compare."""
 import concurrent.futures
+import contextlib
 import inspect
 import json
 import os
@@ -124,14 +125,34 @@ def not_parameters():
             "activation_finite": bool(torch.isfinite(activation).all())}
 
 
+@contextlib.contextmanager
+def one_rank_group():
+    """A gloo process group of this process alone (world size 1)."""
+    import tempfile
+    import torch.distributed as dist
+    with tempfile.TemporaryDirectory() as directory:
+        dist.init_process_group("gloo", store=dist.FileStore(os.path.join(directory, "store"), 1), rank=0,
+                                world_size=1)
+        try:
+            yield dist
+        finally:
+            dist.destroy_process_group()
+
+
+def sync_then_train(dist, policy):
+    """Rank 0's values broadcast into `policy`, then training's first
+    gradient all-reduce (4 KiB: more than a barrier)."""
+    for param in policy.parameters():
+        dist.broadcast(param.data, 0)
+    dist.all_reduce(torch.ones(1024))
+
+
 def every_row():
     """Each row of hooks.def that this torch defines, reached through torch's
     own API on tensors that are not parameters, so nothing is skipped: the
     real originals through the preload's forwarders (tests/unit/
     test_forwarder_shapes.cc checks the forwarders against stand-ins). The
     values are checked here and compared with the run without the preload."""
-    import tempfile
-    import torch.distributed as dist
     out = {}
 
     def fresh():
@@ -179,14 +200,11 @@ def every_row():
     assert bool(mask.any()) and not bool(torch.zeros(7, dtype=torch.bool).any())
     # gloo's broadcast returns intrusive_ptr<Work> by value: a forwarder that
     # put it anywhere but where the platform's ABI says would crash here.
-    with tempfile.TemporaryDirectory() as directory:
-        dist.init_process_group("gloo", store=dist.FileStore(os.path.join(directory, "store"), 1), rank=0,
-                                world_size=1)
+    with one_rank_group() as dist:
         t = fresh()
         work = dist.broadcast(t, 0, async_op=True)
         work.wait()
         assert work.is_completed() and torch.equal(t, fresh())
-        dist.destroy_process_group()
     return out
 
 
@@ -332,16 +350,9 @@ def unsynced_model_then_training():
     """A job of one rank (world size 1, FSDPSKIP_LOCAL_RANK=1): a policy that
     a broadcast syncs and a reference model that nothing syncs, then
     training's first gradient all-reduce. Prints whether training went on."""
-    import tempfile
-    import torch.distributed as dist
-    with tempfile.TemporaryDirectory() as directory:
-        dist.init_process_group("gloo", store=dist.FileStore(os.path.join(directory, "store"), 1), rank=0,
-                                world_size=1)
+    with one_rank_group() as dist:
         policy, reference = hf_model(), hf_model()
-        for param in policy.parameters():
-            dist.broadcast(param.data, 0)
-        dist.all_reduce(torch.ones(1024))
-        dist.destroy_process_group()
+        sync_then_train(dist, policy)
     return {"trained": True, "reference_zero": all(bool((p == 0).all()) for p in reference.parameters())}
 
 
@@ -353,11 +364,7 @@ def never_written_placeholders():
     torch.load (arrived with data), torch.frombuffer (not the CPU
     allocator's) and torch.zeros (written, with zeros)."""
     import io
-    import tempfile
-    import torch.distributed as dist
-    with tempfile.TemporaryDirectory() as directory:
-        dist.init_process_group("gloo", store=dist.FileStore(os.path.join(directory, "store"), 1), rank=0,
-                                world_size=1)
+    with one_rank_group() as dist:
         policy = hf_model()
         saved = io.BytesIO()
         torch.save(torch.arange(1 << 20, dtype=torch.float32), saved)
@@ -368,10 +375,7 @@ def never_written_placeholders():
             "from_buffer": nn.Parameter(torch.frombuffer(bytearray(4 << 20), dtype=torch.float32)),
             "zeros": nn.Parameter(torch.zeros(1 << 20)),
         })
-        for param in policy.parameters():
-            dist.broadcast(param.data, 0)
-        dist.all_reduce(torch.ones(1024))
-        dist.destroy_process_group()
+        sync_then_train(dist, policy)
     return {"trained": True, "shapes": {name: list(p.shape) for name, p in placeholders.items()}}
 
 
