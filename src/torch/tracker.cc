@@ -76,6 +76,18 @@ bool contiguous_range(const at::Tensor& tensor, char** begin, size_t* bytes) {
   return true;
 }
 
+// What a skipped storage or a placeholder is, for its site (its stack comes later).
+std::unique_ptr<SkipSite> site_of(const c10::TensorImpl& tensor, const c10::StorageImpl& storage,
+                                  fsdpskip_kernel first_kernel) {
+  auto site = std::make_unique<SkipSite>();
+  site->shape = shape_string(tensor.sizes());
+  site->dtype = std::string(c10::toString(c10::typeMetaToScalarType(tensor.dtype())));
+  site->device = tensor.device().str();
+  site->bytes = storage.nbytes();
+  site->first_kernel = first_kernel;
+  return site;
+}
+
 }  // namespace
 
 const char* kernel_name(fsdpskip_kernel kernel) {
@@ -250,13 +262,7 @@ void Tracker::resolve_locked(Record& record, bool by_free) {
 bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self) {
   if (record.skipped) return false;
   // The site is made (it allocates) before anything is committed.
-  auto site = std::make_unique<SkipSite>();
-  site->shape = shape_string(self.sizes());
-  site->dtype = std::string(c10::toString(self.scalar_type()));
-  site->device = self.device().str();
-  site->bytes = record.storage->nbytes();
-  site->first_kernel = kernel;
-  record.site = std::move(site);
+  record.site = site_of(*self.unsafeGetTensorImpl(), *record.storage, kernel);
   record.skipped = true;
   pending_.fetch_add(1);
   ++stats_[Counter::storages_skipped];
@@ -632,12 +638,7 @@ void Tracker::note_placeholder(c10::StorageImpl* storage, const c10::TensorImpl&
   if (forked_child_ || data == nullptr || storage->nbytes() < 2 * system_page_size() ||
       any_page_resident(data, storage->nbytes()))
     return;
-  auto site = std::make_unique<SkipSite>();
-  site->shape = shape_string(tensor.sizes());
-  site->dtype = std::string(c10::toString(c10::typeMetaToScalarType(tensor.dtype())));
-  site->device = tensor.device().str();
-  site->bytes = storage->nbytes();
-  site->first_kernel = FSDPSKIP_NO_KERNEL;
+  std::unique_ptr<SkipSite> site = site_of(tensor, *storage, FSDPSKIP_NO_KERNEL);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Record* record = find_locked(storage);
