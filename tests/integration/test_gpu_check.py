@@ -20,3 +20,17 @@ def test_no_gpu_is_a_failure_that_says_so(tmp_path):
     with open(tmp_path / "gpu-check.json") as f:
         result = json.load(f)
     assert result["verdict"] == "no GPU" and result["steps"] == [] and result["torch"] == torch.__version__
+
+
+def test_a_python_without_torch_is_one_line(tmp_path):
+    """tools/gpu-check --python with a Python that cannot import torch: one
+    line that says so, no traceback, no build."""
+    python = tmp_path / "python-without-torch"
+    python.write_text("#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n")  # -S: no site directories, so no torch
+    python.chmod(0o755)
+    done = run([os.path.join(SOURCE_DIR, "tools", "gpu-check"), "--python", str(python), "--out", str(tmp_path / "out")],
+               preload=False)
+    assert done.returncode == 1 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr.splitlines() == ["gpu-check: %s cannot import torch: name a Python with PyPI's CUDA torch "
+                                        "(--python PY)" % python], done.stderr
+    assert not (tmp_path / "out").exists()
