@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from harness import SANITIZED, SOURCE_DIR, rank_lines, said_by_fsdpskip, summary_lines, torchrun
+from harness import PYTHON, SANITIZED, SOURCE_DIR, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
 from flow_variables import job_variables  # tools/workloads, on the path harness set
 
 FLOWS = os.path.join(SOURCE_DIR, "tools", "workloads", "flows.py")
@@ -32,10 +32,7 @@ def job(tmp_path, flow, preload):
 
 @pytest.mark.parametrize("flow", sorted(NEEDS))
 def test_training_is_bitwise_unchanged_and_rank1_builds_for_a_fraction(tmp_path, flow):
-    if not os.environ.get("FSDPSKIP_FRAMEWORKS_PATH"):
-        pytest.skip("the training flows run against tools/pip-venv's pinned frameworks")
-    missing = [name for name in NEEDS[flow] if importlib.util.find_spec(name) is None]
-    assert not missing, "not installed: %s" % " ".join(missing)
+    frameworks_installed(*NEEDS[flow])
     _, plain = job(tmp_path, flow, preload=False)
     done, ranks = job(tmp_path, flow, preload=True)
     for rank in (0, 1):
@@ -52,3 +49,67 @@ def test_training_is_bitwise_unchanged_and_rank1_builds_for_a_fraction(tmp_path,
     assert len(summary) == 1 and summary[0].endswith("pending 0"), said
     assert not any("error" in line or "warning" in line for line in said), said
     assert said_by_fsdpskip(rank_lines(done, 0)) == []
+
+
+def began_training_lines(done):
+    """Rank 1's lines at training's first collective: the warning, then a
+    line per storage, before its exit summary."""
+    said = said_by_fsdpskip(rank_lines(done, 1))
+    began = [i for i, line in enumerate(said) if ": training began " in line]
+    assert len(began) == 1, said
+    summary = next(i for i, line in enumerate(said) if summary_lines(line, 1))
+    return said[began[0]], said[began[0] + 1:summary]
+
+
+def frameworks_installed(*names):
+    if not os.environ.get("FSDPSKIP_FRAMEWORKS_PATH"):
+        pytest.skip("the training flows run against tools/pip-venv's pinned frameworks")
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    assert not missing, "not installed: %s" % " ".join(missing)
+
+
+def test_adapters_a_sync_leaves_out_are_named_when_training_begins(tmp_path):
+    """LoRA adapters added before a sync that covers the base model only (its
+    parameters broadcast one by one, then DDP with init_sync=False): without
+    fsdpskip rank 1 keeps its own seeded adapters, equal to rank 0's, and
+    nothing is said; under it rank 1's skipped adapters hold zeros, and its
+    first all-reduce names every one of them (4 layers x q, v x A, B)."""
+    frameworks_installed("transformers", "peft")
+    done_plain, plain = job(tmp_path, "peft-left-out", preload=False)
+    done, ranks = job(tmp_path, "peft-left-out", preload=True)
+    assert plain[1]["equal_to_rank0"] and not ranks[1]["equal_to_rank0"], (plain[1], ranks[1])
+    assert said_by_fsdpskip(rank_lines(done_plain, 1)) == []
+    warning, storages = began_training_lines(done)
+    assert "after rank 0's broadcast, which did not cover every skipped storage: 16 skipped storages" in warning, warning
+    assert len(storages) == 16 and all("pending storage" in line and "in update_layer" in line for line in storages), \
+        storages
+
+
+def test_an_unsynced_reward_model_is_named_when_training_begins(tmp_path):
+    """transformers 5.3 (every rank initialises what it loads) under
+    accelerate's variables: a policy and a reward model whose head is not in
+    the checkpoint, only the policy synced by DDP, the reward model used
+    through training. The policy trains bitwise as without fsdpskip; the
+    reward model's skipped inits, its head among them, are named at the
+    first all-reduce, since no sync ever covers them."""
+    frameworks_installed("transformers")
+    from releases import transformers_path  # tools/workloads
+    paths = ":".join([transformers_path("5.3.0"), os.environ["FSDPSKIP_FRAMEWORKS_PATH"]])
+    checkpoint = tmp_path / "checkpoint"
+    saved = run([PYTHON, FLOWS, "save", "--directory", str(checkpoint)], preload=False, PYTHONPATH=paths)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+
+    def reward_job(preload):
+        out = tmp_path / ("reward-%s" % preload)
+        out.mkdir()
+        return torchrun([FLOWS, "reward-unsynced", "--directory", str(checkpoint), "--out", str(out)], str(out),
+                        preload=preload, PYTHONPATH=paths, **job_variables("reward-unsynced", preload))
+    done_plain, plain = reward_job(False)
+    done, ranks = reward_job(True)
+    assert ranks[1]["versions"]["transformers"] == "5.3.0"
+    for rank in (0, 1):
+        assert ranks[rank]["losses"] == plain[rank]["losses"] and ranks[rank]["final"] == plain[rank]["final"], rank
+    assert said_by_fsdpskip(rank_lines(done_plain, 1)) == []
+    warning, storages = began_training_lines(done)
+    assert "after rank 0's broadcast, which did not cover every skipped storage" in warning, warning
+    assert any(line.startswith("fsdpskip: warning: pending storage 1x256 Float on cpu") for line in storages), storages

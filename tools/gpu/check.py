@@ -23,8 +23,26 @@ fail, without it:
                         FSDP1 with device_id and sync_module_states over NCCL
                         (world size 1) on a model built on the CPU, then a
                         training step: skipped, resolved, nothing pending
-Prints a table and writes gpu-check.json. Without a GPU it says "no GPU" and
-exits 1."""
+  g. lightning_fsdp     Lightning Fabric's FSDP strategy (sync_module_states,
+                        world size 1 over NCCL) on a model built on the CPU
+                        without empty_init, then a training step: skipped,
+                        resolved, nothing pending
+  h. accelerate_fsdp2_bf16
+                        accelerate's FSDP2 path with cpu_ram_efficient_loading
+                        and mixed_precision="bf16" on a bf16 checkpoint (world
+                        size 1 over NCCL): rank 1's peak CPU RSS through
+                        prepare() with and without fsdpskip, reported whatever
+                        fsdpskip changes (accelerate upcasts trainable
+                        parameters to fp32 on every rank before the move to
+                        meta); training step finite, nothing pending
+  i. two_gpus_nccl      two processes, one GPU each, a model built on the CPU,
+                        DDP over NCCL with device_ids, a training step: rank 1
+                        equals rank 0, nothing pending ("one GPU: skipped" on a
+                        machine with one)
+A step whose framework is not importable says "skipped: not installed"
+(what the GPU machine lacks can travel with the checkout: put a
+`pip install --target` directory on PYTHONPATH). Prints a table and writes
+gpu-check.json. Without a GPU it says "no GPU" and exits 1."""
 import argparse
 import json
 import os
@@ -103,6 +121,20 @@ def two_ranks_gloo(args):
             "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
 
 
+def cpu_model(seed=0):
+    """A model as a training script builds it on the CPU before a framework
+    moves it to the GPU: its inits are skipped at local rank 1."""
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(seed)
+    model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)])
+    with torch.no_grad():
+        for module in model:
+            module.weight.normal_(0.0, 0.02)
+            module.bias.zero_()
+    return model
+
+
 def fsdp1_sync_module_states(args):
     """FSDP1 as RAM-efficient loading runs it on a GPU: the model built on the
     CPU (its inits skipped at local rank 1), then FullyShardedDataParallel
@@ -110,21 +142,90 @@ def fsdp1_sync_module_states(args):
     broadcasts rank 0's values (world size 1: this process's own), then a
     training step (its reduce-scatter is training's first collective)."""
     import torch
-    import torch.nn as nn
     from torch.distributed.fsdp import FullyShardedDataParallel
     dist = init_group("nccl", 0, 1)
-    torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)])
-    with torch.no_grad():
-        for module in model:
-            module.weight.normal_(0.0, 0.02)
-            module.bias.zero_()
-    wrapped = FullyShardedDataParallel(model, device_id=torch.cuda.current_device(), sync_module_states=True)
+    wrapped = FullyShardedDataParallel(cpu_model(), device_id=torch.cuda.current_device(), sync_module_states=True)
     wrapped(torch.ones(8, 1024, device="cuda")).sum().backward()
     torch.cuda.synchronize()
     finite = all(bool(torch.isfinite(p).all()) for p in wrapped.parameters())
     dist.destroy_process_group()
     return {"all_finite": finite}
+
+
+def lightning_fsdp(args):
+    """Lightning Fabric's FSDP strategy (FSDP1 underneath) with
+    sync_module_states, one device, on a model built on the CPU without
+    empty_init: setup_module moves it to the GPU and broadcasts rank 0's
+    values; then a training step."""
+    import torch
+    from lightning.fabric import Fabric
+    from lightning.fabric.strategies import FSDPStrategy
+    fabric = Fabric(accelerator="cuda", devices=1, strategy=FSDPStrategy(sync_module_states=True))
+    fabric.launch()
+    model = fabric.setup_module(cpu_model())
+    optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-3))
+    fabric.backward(model(torch.ones(8, 1024, device=fabric.device)).sum())
+    optimizer.step()
+    torch.cuda.synchronize()
+    return {"all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
+
+
+def bf16_checkpoint(args):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                 num_attention_heads=16, num_key_value_heads=16, vocab_size=32000)
+                     ).to(torch.bfloat16).save_pretrained(os.path.join(args.work, "bf16"))
+    return {}
+
+
+def accelerate_fsdp2_bf16(args):
+    """accelerate's FSDP2 path as a user starts it: the plugin (version 2,
+    cpu_ram_efficient_loading) and mixed_precision="bf16" given to the
+    Accelerator before from_pretrained reads the bf16 checkpoint; prepare()
+    (the upcast to fp32, the move to meta, fully_shard, rank 0's state dict
+    broadcast) measured; then one training step, its loss exactly."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from transformers import AutoModelForCausalLM
+    from measure import measured
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, cpu_ram_efficient_loading=True)
+    accelerator = Accelerator(fsdp_plugin=plugin, mixed_precision="bf16")
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(args.work, "bf16"), dtype=torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    (model, optimizer), seconds, growth = measured(lambda: accelerator.prepare(model, optimizer))
+    torch.manual_seed(1)
+    tokens = torch.randint(0, 32000, (2, 64), device=accelerator.device)
+    loss = model(input_ids=tokens, labels=tokens).loss
+    accelerator.backward(loss)
+    optimizer.step()
+    torch.cuda.synchronize()
+    accelerator.end_training()
+    return {"prepare_seconds": seconds, "prepare_rss_growth_bytes": growth, "loss": float(loss.detach()).hex(),
+            "distributed_type": str(accelerator.distributed_type)}
+
+
+def two_gpus_nccl(args):
+    """One rank of a two-process job, a GPU each: the model built on the CPU
+    (a different seed per rank, so the check can fail), DDP with device_ids
+    broadcasts rank 0's values over NCCL, then a training step."""
+    import torch
+    import torch.nn as nn
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(rank)
+    dist = init_group("nccl", rank, 2)
+    model = cpu_model(seed=rank).cuda()
+    synced = nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    digests = [digest(p) for p in model.parameters()]
+    synced(torch.ones(8, 1024, device="cuda")).sum().backward()
+    torch.cuda.synchronize()
+    everyone = [None, None]
+    dist.all_gather_object(everyone, digests)
+    dist.destroy_process_group()
+    return {"equal_to_rank0": everyone[0] == everyone[1],
+            "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
 
 
 def save_checkpoint(args):
@@ -196,11 +297,13 @@ def probe_gpu(args):
     import torch
     available = torch.cuda.is_available()
     return {"torch": torch.__version__, "cuda": torch.version.cuda, "available": available,
-            "device": torch.cuda.get_device_name(0) if available else None}
+            "device": torch.cuda.get_device_name(0) if available else None,
+            "count": torch.cuda.device_count() if available else 0}
 
 
 CHILDREN = {f.__name__: f for f in (init_on_cuda, nccl_broadcast, two_ranks_gloo, save_checkpoint, from_pretrained,
-                                     record_stream, fsdp1_sync_module_states, probe_gpu)}
+                                     record_stream, fsdp1_sync_module_states, lightning_fsdp, bf16_checkpoint,
+                                     accelerate_fsdp2_bf16, two_gpus_nccl, probe_gpu)}
 
 
 # ---- the parent: runs the children, judges, prints ------------------------
@@ -208,6 +311,7 @@ CHILDREN = {f.__name__: f for f in (init_on_cuda, nccl_broadcast, two_ranks_gloo
 class Runner:
     def __init__(self, preload, work):
         self.preload, self.work = preload, work
+        self.gpus = 0
 
     def start(self, child, preload, name, **variables):
         env = without_policy(os.environ)
@@ -300,16 +404,83 @@ def judge_record_stream(runner):
 def judge_fsdp1_sync_module_states(runner):
     result, _ = runner.run("fsdp1_sync_module_states", True, RANK=0, WORLD_SIZE=1)
     report = runner.report("fsdp1_sync_module_states")
-    ok = result["all_finite"] and report["storages_skipped"] > 0 and report["pending_count"] == 0 and \
-        report["loading_ended"] and report.get("storages_never_written", 0) == 0
+    ok = result["all_finite"] and resolved(report)
     return ok, "skipped %d storages, resolved by overwrite %d, by free %d, pending %d, finite %s" % (
         report["storages_skipped"], report["resolved_by_overwrite"], report["resolved_by_free"],
         report["pending_count"], result["all_finite"]), {"result": result, "report": report}
 
 
+class Skipped(Exception):
+    """A step that cannot run here, for a reason that is not fsdpskip's
+    fault (a framework not installed, one GPU where it needs two): its line
+    in the table, and no failure."""
+
+
+def needs(*modules):
+    import importlib.util
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise Skipped("skipped: not installed: %s" % " ".join(missing))
+
+
+def rank1_on_one_device(**variables):
+    """World size 1 over NCCL, this process fsdpskip's local rank 1 while
+    the launcher's LOCAL_RANK (what frameworks pick their device by) is 0."""
+    return dict(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, FSDPSKIP_LOCAL_RANK=1, MASTER_ADDR="127.0.0.1", **variables)
+
+
+def resolved(report):
+    return report["storages_skipped"] > 0 and report["pending_count"] == 0 and report["loading_ended"] and \
+        report.get("storages_never_written", 0) == 0
+
+
+def judge_lightning_fsdp(runner):
+    needs("lightning")
+    result, _ = runner.run("lightning_fsdp", True, **rank1_on_one_device())
+    report = runner.report("lightning_fsdp")
+    return result["all_finite"] and resolved(report), \
+        "skipped %d storages, resolved by overwrite %d, pending %d, finite %s" % (
+            report["storages_skipped"], report["resolved_by_overwrite"], report["pending_count"],
+            result["all_finite"]), {"result": result, "report": report}
+
+
+def judge_accelerate_fsdp2_bf16(runner):
+    needs("accelerate", "transformers")
+    runner.run("bf16_checkpoint", False)
+    variables = rank1_on_one_device()
+    plain, _ = runner.run("accelerate_fsdp2_bf16", False, "accelerate_fsdp2_bf16.plain", **variables)
+    skipping, _ = runner.run("accelerate_fsdp2_bf16", True, **variables)
+    report = runner.report("accelerate_fsdp2_bf16")
+    # Measured whatever fsdpskip changes: world size 1 reads the checkpoint,
+    # so what is skipped is at most what prepare() itself makes on the CPU.
+    ok = skipping["loss"] == plain["loss"] and report["pending_count"] == 0 and \
+        report.get("storages_never_written", 0) == 0
+    return ok, ("%s; peak CPU RSS growth through prepare() %.0f MiB without fsdpskip, %.0f MiB with it "
+                "(%.2f s, %.2f s); training step's loss equal: %s; skipped %d storages, pending %d" % (
+                    skipping["distributed_type"], plain["prepare_rss_growth_bytes"] / 2**20,
+                    skipping["prepare_rss_growth_bytes"] / 2**20, plain["prepare_seconds"],
+                    skipping["prepare_seconds"], skipping["loss"] == plain["loss"], report["storages_skipped"],
+                    report["pending_count"])), {"with": skipping, "without": plain, "report": report}
+
+
+def judge_two_gpus_nccl(runner):
+    if runner.gpus < 2:
+        raise Skipped("one GPU: skipped")
+    port = free_port()
+    ranks = [runner.start("two_gpus_nccl", True, "two_gpus_nccl.%d" % r, port=port, RANK=r, LOCAL_RANK=r,
+                          WORLD_SIZE=2) for r in (0, 1)]
+    results = [runner.finish(p)[0] for p in ranks]
+    report = runner.report("two_gpus_nccl.1")
+    ok = all(r["equal_to_rank0"] and r["all_finite"] for r in results) and resolved(report)
+    return ok, "rank 1 equal to rank 0: %s; skipped %d storages, pending %d" % (
+        results[1]["equal_to_rank0"], report["storages_skipped"], report["pending_count"]), {"report": report}
+
+
 STEPS = [("a init_on_cuda", judge_init_on_cuda), ("b nccl_broadcast", judge_nccl_broadcast),
          ("c two_ranks_gloo", judge_two_ranks_gloo), ("d from_pretrained", judge_from_pretrained),
-         ("e record_stream", judge_record_stream), ("f fsdp1_sync_module_states", judge_fsdp1_sync_module_states)]
+         ("e record_stream", judge_record_stream), ("f fsdp1_sync_module_states", judge_fsdp1_sync_module_states),
+         ("g lightning_fsdp", judge_lightning_fsdp), ("h accelerate_fsdp2_bf16", judge_accelerate_fsdp2_bf16),
+         ("i two_gpus_nccl", judge_two_gpus_nccl)]
 
 
 def main():
@@ -327,6 +498,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     runner = Runner(os.path.abspath(args.preload), work)
     gpu, _ = runner.run("probe_gpu", False)
+    runner.gpus = gpu["count"]
     summary = {"torch": gpu["torch"], "cuda": gpu["cuda"], "device": gpu["device"], "steps": []}
     if not gpu["available"]:
         summary["verdict"] = "no GPU"
@@ -336,6 +508,8 @@ def main():
         for name, judge in STEPS:
             try:
                 ok, detail, figures = judge(runner)
+            except Skipped as reason:  # not a failure: said as such
+                ok, detail, figures = True, str(reason), {"skipped": str(reason)}
             except Exception as error:  # a step that cannot run fails, the others still run
                 ok, detail, figures = False, "%s: %s" % (type(error).__name__, error), {}
             summary["steps"].append({"step": name, "ok": ok, "detail": detail, "figures": figures})

@@ -5,8 +5,10 @@ which the job sets with or without fsdpskip (they change what transformers
 does), need no mode."""
 
 ACCELERATE_FSDP = {"ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"}
-JOB_VARIABLES = {"from-pretrained": ACCELERATE_FSDP}
-FSDPSKIP_VARIABLES = {"from-pretrained": {}}
+# Not trl-dpo: its Trainer's Accelerator refuses accelerate's FSDP variables
+# on a machine without a GPU, so that flow states FSDPSKIP=on.
+JOB_VARIABLES = {"from-pretrained": ACCELERATE_FSDP, "reward-unsynced": ACCELERATE_FSDP}
+FSDPSKIP_VARIABLES = {"from-pretrained": {}, "reward-unsynced": {}}
 
 
 def job_variables(flow, with_fsdpskip):

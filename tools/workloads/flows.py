@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -51,14 +52,14 @@ def adamw(model):
     return torch.optim.AdamW(model.parameters(), lr=1e-3)
 
 
-def train(model, optimizer, backward=lambda loss: loss.backward()):
+def train(model, optimizer, backward=lambda loss: loss.backward(), step=None):
     """STEPS optimizer steps on random tokens; each step's loss, exactly."""
     losses = []
     for input_ids in batches(VOCAB):
         optimizer.zero_grad(set_to_none=False)
         loss = model(input_ids=input_ids, labels=input_ids).loss
         backward(loss)
-        optimizer.step()
+        (step or optimizer.step)()
         losses.append(float(loss.detach()).hex())
     return losses
 
@@ -151,6 +152,29 @@ def peft_before_sync():
     return model, seconds, growth, lambda: train(synced, adamw(model))
 
 
+def peft_left_out():
+    """LoRA adapters added before a sync that covers only the base model:
+    rank 0's base parameters broadcast one by one (as a loader of the base
+    checkpoint's state dict does), then DDP told that the model is synced
+    already (init_sync=False). No sync covers the adapters. Without fsdpskip
+    every rank keeps its own seeded init; under it rank 1's skipped lora_A
+    reads zeros, and fsdpskip must name those storages at training's first
+    all-reduce, never stay silent: a flow listed for its warning, not for
+    equal training."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    def build():
+        return get_peft_model(LlamaForCausalLM(llama_config()),
+                              LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    model, seconds, growth = measured(build)
+    for name, param in model.named_parameters():
+        if "lora_" not in name:
+            dist.broadcast(param.data, src=0)
+    synced = nn.parallel.DistributedDataParallel(model, init_sync=False)
+    return model, seconds, growth, lambda: train(synced, adamw(model))
+
+
 # Digests a flow takes of what it made before training, compared with the
 # run without fsdpskip like the losses (rank<N>.json's "made").
 MADE = {}
@@ -186,6 +210,69 @@ def fabric_ddp():
     return model, seconds, growth, lambda: train(synced, optimizer, fabric.backward)
 
 
+def deepspeed_engine():
+    """DeepSpeed's engine on CPU (its CPU accelerator, gloo): Model(config)
+    on every rank, deepspeed.initialize (ZeRO stage 0, fp32, torch's AdamW)
+    broadcasts rank 0's parameters (_broadcast_model), then training through
+    the engine's backward and step."""
+    import deepspeed
+    from transformers import LlamaForCausalLM
+    model, seconds, growth = measured(lambda: LlamaForCausalLM(llama_config()))
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=adamw(model), config={
+        "train_micro_batch_size_per_gpu": BATCH, "zero_optimization": {"stage": 0}, "steps_per_print": 1 << 30})
+    return model, seconds, growth, lambda: train(engine, optimizer, engine.backward, engine.step)
+
+
+def word_tokenizer(words):
+    """A tokenizer made in memory (nothing downloaded): one id per word."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {word: i for i, word in enumerate(["<unk>", "<pad>", "<s>", "</s>"] + sorted(set(words)))}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>")
+
+
+def trl_dpo(directory):
+    """TRL's DPOTrainer with a policy and an explicit reference model, both
+    read by from_pretrained, on CPU (use_cpu: accelerate's MULTI_CPU, so the
+    policy is DDP-synced when training starts; the reference model is only
+    moved to the device, never synced). Without a GPU the trainer's
+    Accelerator refuses accelerate's FSDP variables, so the job states
+    FSDPSKIP=on instead (flow_variables.py). Each DPO step's loss exactly,
+    through the trainer's own compute_loss."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM  # noqa: F401
+    from trl import DPOConfig, DPOTrainer
+
+    def build():
+        return (AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32),
+                AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32))
+    (policy, reference), seconds, growth = measured(build)
+    words = ["w%d" % i for i in range(64)]
+    pairs = [{"prompt": " ".join(words[i:i + 6]), "chosen": " ".join(words[i + 6:i + 12]),
+              "rejected": " ".join(words[i + 12:i + 18])} for i in range(0, 8 * STEPS, 4)]
+    losses = []
+
+    class Recording(DPOTrainer):
+        def compute_loss(self, *args, **kwargs):
+            result = super().compute_loss(*args, **kwargs)
+            losses.append(float((result[0] if isinstance(result, tuple) else result).detach()).hex())
+            return result
+
+    def training():
+        with tempfile.TemporaryDirectory(prefix="fsdpskip-dpo-") as out:
+            config = DPOConfig(output_dir=out, use_cpu=True, bf16=False, gradient_checkpointing=False,
+                               report_to="none", save_strategy="no", dataloader_num_workers=0, max_steps=STEPS,
+                               per_device_train_batch_size=BATCH, max_length=TOKENS, logging_steps=1,
+                               optim="adamw_torch", learning_rate=1e-3, disable_tqdm=True)
+            Recording(model=policy, ref_model=reference, args=config, train_dataset=Dataset.from_list(pairs),
+                      processing_class=word_tokenizer(words)).train()
+        return losses
+    return policy, seconds, growth, training
+
+
 def from_pretrained(directory):
     """transformers' from_pretrained under accelerate's RAM-efficient FSDP
     loading (its variables in the launch environment), DDP-synced: what each
@@ -199,6 +286,34 @@ def from_pretrained(directory):
     return model, seconds, growth, lambda: train(synced, adamw(model))
 
 
+def reward_unsynced(directory):
+    """A policy and a reward model over one checkpoint (a sequence classifier
+    with one label: its score head is missing from the checkpoint), both
+    loaded under accelerate's RAM-efficient loading variables before the
+    policy's DDP sync; the reward model is used unsynced, as an
+    evaluation-only model is, through training. Each rank's reward for a
+    fixed input after training goes into "made". Where transformers gives a non-zero rank a real placeholder and
+    initialises the missing head there, fsdpskip skips that init, and must
+    name the head at training's first all-reduce; where it leaves the head
+    on meta (5.23 on), neither fsdpskip nor anything else sees it."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, LlamaForCausalLM  # noqa: F401
+
+    def build():
+        return (AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32),
+                AutoModelForSequenceClassification.from_pretrained(directory, num_labels=1, dtype=torch.float32))
+    (policy, reward), seconds, growth = measured(build)
+    synced = nn.parallel.DistributedDataParallel(policy)
+
+    def training():
+        losses = train(synced, adamw(policy))
+        with torch.no_grad():  # the reward model kept, and used, through training
+            value = reward(input_ids=torch.arange(TOKENS).unsqueeze(0)).logits
+        MADE["reward"] = float(value.reshape(-1)[0]).hex()
+        MADE["reward_equal_to_rank0"] = len(set(gathered(MADE["reward"]))) == 1
+        return losses
+    return policy, seconds, growth, training
+
+
 def save(directory):
     """The Llama checkpoint from_pretrained reads, written by the transformers
     that will read it."""
@@ -209,8 +324,12 @@ def save(directory):
 
 FLOWS = {"ddp-from-config": ddp_from_config, "fsdp2-broadcast": fsdp2_broadcast,
          "custom-init-weights": custom_init_weights, "peft-before-sync": peft_before_sync,
-         "peft-after-sync": peft_after_sync, "fabric-ddp": fabric_ddp,
-         "from-pretrained": from_pretrained}
+         "peft-after-sync": peft_after_sync, "peft-left-out": peft_left_out, "fabric-ddp": fabric_ddp,
+         "deepspeed-engine": deepspeed_engine, "from-pretrained": from_pretrained, "reward-unsynced": reward_unsynced,
+         "trl-dpo": trl_dpo}
+# Flows that read a checkpoint (--directory), made by `save` with the
+# transformers that reads it.
+CHECKPOINT_FLOWS = ("from-pretrained", "reward-unsynced", "trl-dpo")
 # How each is launched, with and without fsdpskip: flow_variables.py.
 
 
@@ -218,9 +337,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("flow", choices=sorted(FLOWS) + ["save"])
     parser.add_argument("--out", help="where rank<N>.json goes")
-    parser.add_argument("--directory", help="from-pretrained and save: the checkpoint")
+    parser.add_argument("--directory", help="save and the flows that read a checkpoint: its directory")
     args = parser.parse_args()
-    if args.flow in ("save", "from-pretrained") and not args.directory:
+    if args.flow in ("save",) + CHECKPOINT_FLOWS and not args.directory:
         parser.error("%s needs --directory" % args.flow)
     if args.flow != "save" and not args.out:
         parser.error("%s needs --out" % args.flow)
@@ -232,7 +351,7 @@ def main():
     if args.flow != "fabric-ddp":  # Fabric makes the process group itself
         dist.init_process_group("gloo")
     flow = FLOWS[args.flow]
-    model, seconds, growth, training = flow(args.directory) if args.flow == "from-pretrained" else flow()
+    model, seconds, growth, training = flow(args.directory) if args.flow in CHECKPOINT_FLOWS else flow()
     everyone = gathered(parameter_digests(model))
     result = {"flow": args.flow, "rank": dist.get_rank(), "build_seconds": seconds, "rss_growth_bytes": growth,
               "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
@@ -240,7 +359,8 @@ def main():
     result["made"] = MADE
     result["losses"] = training()
     result["final"] = combined(parameter_digests(model))
-    result["versions"] = {name: sys.modules[name].__version__ for name in ("torch", "transformers", "peft", "lightning")
+    result["versions"] = {name: sys.modules[name].__version__
+                          for name in ("torch", "transformers", "peft", "lightning", "deepspeed", "trl")
                           if name in sys.modules}
     with open(os.path.join(args.out, "rank%d.json" % dist.get_rank()), "w") as out:
         json.dump(result, out)
