@@ -1,8 +1,9 @@
 // `fsdpskip report`: the per-process JSON reports of a job (their keys are
 // report.def's) gathered into one table and one verdict. The verdict fails
-// when any process left a storage pending or a placeholder never written, or
+// when any process left a storage pending or a placeholder never written,
 // when a report cannot be read (a process that died while writing leaves
-// only its .partial file).
+// only its .partial file), or when a rank that should have written one did
+// not (the job's size is in the reports).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -114,6 +115,71 @@ std::string integer(const json& report, const char* key) {
   return value && value->is_number_integer() ? std::to_string(value->get<int64_t>()) : "?";
 }
 
+// Whether every rank that should have written a report did. Only active
+// ranks write one: every local rank from 1 on, none of the local ranks 0.
+// The job's size comes from the reports themselves (world_size and
+// local_world_size, schema 2); the ranks expected are named under the
+// launchers' block layout (global rank = node * local_world_size + local
+// rank, as torchrun and srun's default place them), and counted otherwise.
+struct Completeness {
+  std::string unknown;               // why it cannot be checked ("" when it was)
+  int64_t expected = 0;              // reports the job should have left
+  std::vector<int64_t> missing;      // the ranks without one (block layout)
+  int64_t missing_count = 0;         // how many are missing, named or not
+};
+
+Completeness completeness(const std::vector<Process>& processes) {
+  Completeness result;
+  int64_t world = -1, local = -1;
+  for (const Process& process : processes) {
+    int64_t w = integer_field(process.report, "world_size", -1), l = integer_field(process.report, "local_world_size", -1);
+    if (w <= 0 || l <= 0) continue;
+    if (world > 0 && (w != world || l != local)) {
+      result.unknown = "the reports disagree on the job's size (world size " + std::to_string(world) + " and " +
+                       std::to_string(w) + "): reports of several jobs?";
+      return result;
+    }
+    world = w, local = l;
+  }
+  if (world <= 0) {
+    result.unknown = "no report says the job's size (WORLD_SIZE and LOCAL_WORLD_SIZE, or SLURM_NTASKS and "
+                     "SLURM_NTASKS_PER_NODE, were not set)";
+    return result;
+  }
+  if (local > world || world % local != 0) {
+    result.unknown = "world size " + std::to_string(world) + " is not a whole number of nodes of " +
+                     std::to_string(local) + " ranks";
+    return result;
+  }
+  result.expected = world - world / local;
+  std::vector<bool> seen(world, false);
+  bool block = true;
+  for (const Process& process : processes) {
+    int64_t rank = integer_field(process.report, "rank", -1), local_rank = integer_field(process.report, "local_rank", -1);
+    if (rank >= 0 && rank < world && rank % local == local_rank) seen[rank] = true;
+    else block = false;
+  }
+  if (!block) {  // another layout: how many, not which
+    result.missing_count = std::max<int64_t>(0, result.expected - static_cast<int64_t>(processes.size()));
+    return result;
+  }
+  for (int64_t rank = 0; rank < world; ++rank)
+    if (rank % local != 0 && !seen[rank]) result.missing.push_back(rank);
+  result.missing_count = result.missing.size();
+  return result;
+}
+
+std::string missing_text(const Completeness& c) {
+  std::string text = std::to_string(c.missing_count) + " of the " + std::to_string(c.expected) +
+                     " expected reports missing (every local rank from 1 writes one)";
+  if (!c.missing.empty()) {
+    text += ": rank" + std::string(c.missing.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < c.missing.size() && i < 20; ++i) text += (i ? ", " : "") + std::to_string(c.missing[i]);
+    if (c.missing.size() > 20) text += ", …";
+  }
+  return text + "; did they run under fsdpskip and reach exit?";
+}
+
 }  // namespace
 
 int report(const ReportOptions& options) {
@@ -154,6 +220,9 @@ int report(const ReportOptions& options) {
     if (had_nothing_to_save(calls_here, counters, loading_ended))
       notes.push_back(who + ": nothing skipped: " + kNothingSkippedReason);
   }
+  Completeness complete = completeness(gathered.processes);
+  if (complete.unknown.empty() && complete.missing_count) reasons.push_back(missing_text(complete));
+  if (!complete.unknown.empty()) notes.push_back("cannot check for missing reports: " + complete.unknown);
   bool pass = reasons.empty();
 
   if (options.json) {
@@ -162,6 +231,8 @@ int report(const ReportOptions& options) {
                 {"notes", notes},
                 {"totals",
                  {{"processes", gathered.processes.size()},
+                  {"expected_reports", complete.unknown.empty() ? json(complete.expected) : json()},
+                  {"missing_ranks", complete.missing},
                   {"skipped_calls", calls},
                   {key(Counter::bytes_never_committed), never_committed},
                   {"resolved", resolved},

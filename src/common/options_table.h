@@ -12,6 +12,8 @@ enum class OptionRole {
   kLocalRank,     // the first one present is the local rank
   kAutoRequires,  // `auto` acts only when all of these are true
   kRank,          // the first valid one is the global rank (reports)
+  kWorldSize,     // the first valid one is the job's number of ranks (reports)
+  kLocalWorldSize,  // the first valid one is the number of ranks on this node (reports)
   kLogLevel,      // FSDPSKIP_LOG
   kStacks,        // FSDPSKIP_STACKS
   kOnPending,     // FSDPSKIP_ON_PENDING
@@ -50,7 +52,8 @@ constexpr bool has_row(OptionRole role) {
   return false;
 }
 static_assert(has_row(OptionRole::kMode) && has_row(OptionRole::kLocalRank) && has_row(OptionRole::kAutoRequires) &&
-                  has_row(OptionRole::kRank) && has_row(OptionRole::kLogLevel) && has_row(OptionRole::kStacks) &&
+                  has_row(OptionRole::kRank) && has_row(OptionRole::kWorldSize) &&
+                  has_row(OptionRole::kLocalWorldSize) && has_row(OptionRole::kLogLevel) && has_row(OptionRole::kStacks) &&
                   has_row(OptionRole::kOnPending) &&
                   has_row(OptionRole::kReport) &&
                   has_row(OptionRole::kPlugin) && has_row(OptionRole::kPluginCache),

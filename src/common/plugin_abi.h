@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 9  // 9: FSDPSKIP_ON_PENDING (fsdpskip_host.on_pending, FSDPSKIP_MESSAGE_PENDING_IN_TRAINING)
+#define FSDPSKIP_PLUGIN_ABI 10  // 10: fsdpskip_host.world_size and local_world_size (reports)
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=8"), so a plugin
@@ -119,6 +119,8 @@ typedef struct fsdpskip_host {
   fsdpskip_on_pending on_pending;
   int local_rank;
   int rank;                     // -1 when unknown
+  int world_size;               // the job's ranks, -1 when unknown
+  int local_world_size;         // this node's ranks, -1 when unknown
   const char* report_template;  // FSDPSKIP_REPORT, or NULL
 } fsdpskip_host;
 

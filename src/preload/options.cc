@@ -126,10 +126,24 @@ Options resolve_options(EnvLookup lookup, void* context) {
     local_rank_from = option.name;
     break;
   }
-  for (const Option& option : kOptions) {
-    const char* value = option.role == OptionRole::kRank ? lookup(option.name, context) : nullptr;
-    if (value != nullptr && parse_rank(value, &options.rank)) break;
-  }
+  // For reports only: the first valid row of each role; a malformed one is
+  // passed over, never a reason to stay inert.
+  struct {
+    OptionRole role;
+    int* value;
+    int least;
+  } const for_reports[] = {{OptionRole::kRank, &options.rank, 0},
+                           {OptionRole::kWorldSize, &options.world_size, 1},
+                           {OptionRole::kLocalWorldSize, &options.local_world_size, 1}};
+  for (const auto& wanted : for_reports)
+    for (const Option& option : kOptions) {
+      const char* text = option.role == wanted.role ? lookup(option.name, context) : nullptr;
+      int parsed;
+      if (text != nullptr && parse_rank(text, &parsed) && parsed >= wanted.least) {
+        *wanted.value = parsed;
+        break;
+      }
+    }
 
   options.report_template = lookup(option_of(OptionRole::kReport).name, context);
   if (options.report_template != nullptr && *options.report_template == '\0') options.report_template = nullptr;

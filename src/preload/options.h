@@ -21,6 +21,8 @@ struct Options {
   Mode mode = Mode::kAuto;
   int local_rank = -1;   // -1: no local rank found
   int rank = -1;         // global rank, for reports only
+  int world_size = -1;   // the job's ranks, for reports only (-1: unknown)
+  int local_world_size = -1;  // this node's ranks, for reports only (-1: unknown)
   fsdpskip_log_level log_level = FSDPSKIP_LOG_SUMMARY;
   fsdpskip_stacks stacks = FSDPSKIP_STACKS_PYTHON;
   fsdpskip_on_pending on_pending = FSDPSKIP_ON_PENDING_WARN;

@@ -46,7 +46,7 @@ char g_report_template[PATH_MAX];
 char g_plugin_override[PATH_MAX];
 char g_plugin_cache[PATH_MAX];  // the user's plugin directory ("" when HOME and XDG_CACHE_HOME are not absolute)
 fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI, say_text, false, FSDPSKIP_MODE_ON, FSDPSKIP_LOG_SUMMARY,
-                       FSDPSKIP_STACKS_PYTHON, FSDPSKIP_ON_PENDING_WARN, -1, -1, nullptr};
+                       FSDPSKIP_STACKS_PYTHON, FSDPSKIP_ON_PENDING_WARN, -1, -1, -1, -1, nullptr};
 
 // Decisions are made one at a time, under this lock; it is never held while
 // torch, the plugin's loading or the dynamic linker runs.
@@ -238,6 +238,8 @@ void decide(Options options, const char* cause, bool stated) {
     g_host.mode = options.mode == Mode::kAudit ? FSDPSKIP_MODE_AUDIT : FSDPSKIP_MODE_ON;
     g_host.local_rank = options.local_rank;
     g_host.rank = options.rank;
+    g_host.world_size = options.world_size;
+    g_host.local_world_size = options.local_world_size;
     copy_value(g_report_template, sizeof g_report_template, report_template);
     g_host.report_template = g_report_template[0] ? g_report_template : nullptr;
   }

@@ -180,8 +180,10 @@ std::string report_json(const ReportContext& context, const Stats& stats, const 
                         const std::vector<SkipSite>& never_written, bool audit) {
   std::string json = format("{\n  \"schema\": \"%s\",\n  \"schema_version\": %d,\n", kReportSchema,
                             kReportSchemaVersion);
-  json += format("  \"host\": %s,\n  \"pid\": %d,\n  \"rank\": %d,\n  \"local_rank\": %d,\n",
-                 json_string(context.hostname).c_str(), context.pid, context.host->rank, context.host->local_rank);
+  json += format("  \"host\": %s,\n  \"pid\": %d,\n  \"rank\": %d,\n  \"local_rank\": %d,\n  \"world_size\": %d,\n"
+                 "  \"local_world_size\": %d,\n",
+                 json_string(context.hostname).c_str(), context.pid, context.host->rank, context.host->local_rank,
+                 context.host->world_size, context.host->local_world_size);
   json += format("  \"mode\": \"%s\",\n  \"loading_ended\": %s,\n  \"calls\": {", audit ? "audit" : "on",
                  stats.loading_ended ? "true" : "false");
   for (int k = 0; k < FSDPSKIP_KERNEL_COUNT; ++k)

@@ -1,5 +1,5 @@
 // What an active process says at exit: one summary line, one line per
-// pending storage, and the optional JSON report (schema in README.md).
+// pending storage, and the optional JSON report (schema in docs/report.md).
 #pragma once
 
 #include <string>

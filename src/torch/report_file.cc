@@ -1,6 +1,8 @@
 #include "report_file.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +17,30 @@ namespace {
 // last 200 around "...", so the line (capped at 4 KiB) keeps its cause.
 std::string shown(const std::string& path) {
   return path.size() <= 512 ? path : path.substr(0, 200) + "..." + path.substr(path.size() - 200);
+}
+
+// The directories above `path` that do not exist yet, made one component
+// at a time as `mkdir -p` does (mode 0777 less the umask): a job's ranks
+// may all reach here at once, so a component another rank made meanwhile
+// (EEXIST) is no failure, unless it is not a directory. Components that
+// exist are followed as any path is; only the report's own name never is.
+bool make_parent_directories(const std::string& path, std::string* error) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return true;
+  std::string directory = path.substr(0, slash);
+  struct stat status;
+  if (stat(directory.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) return true;  // the usual case
+  for (size_t end = 1; end <= directory.size(); ++end) {
+    if (end < directory.size() && directory[end] != '/') continue;
+    if (directory[end - 1] == '/') continue;  // "a//b"
+    std::string component = directory.substr(0, end);
+    if (mkdir(component.c_str(), 0777) == 0) continue;
+    int cause = errno;
+    if (cause == EEXIST && stat(component.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) continue;
+    *error = "cannot create directory " + shown(component) + ": " + strerror(cause == EEXIST ? ENOTDIR : cause);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -46,6 +72,12 @@ bool expand_report_path(const std::string& path_template, const ReportContext& c
 
 bool write_atomically(const std::string& path, const std::string& contents, std::string* error) {
   std::string temporary = path + ".partial." + std::to_string(getpid());
+  // Too long for the kernel: said before a directory is made for it.
+  if (temporary.size() >= PATH_MAX) {
+    *error = "cannot create " + shown(temporary) + ": " + strerror(ENAMETOOLONG);
+    return false;
+  }
+  if (!make_parent_directories(path, error)) return false;
   int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     *error = "cannot create " + shown(temporary) + ": " + strerror(errno);

@@ -21,9 +21,11 @@ struct ReportContext {
 bool expand_report_path(const std::string& path_template, const ReportContext& context, std::string* path,
                         std::string* error);
 
-// Writes `contents` to `path` atomically: a new temporary file beside it
+// Writes `contents` to `path` atomically: the directories above it that do
+// not exist yet (mkdir -p, umask honoured), a new temporary file beside it
 // (O_EXCL|O_NOFOLLOW: never through a symlink fsdpskip did not create), then
-// rename(2). On failure returns false and sets `error`.
+// rename(2). On failure returns false and sets `error`, naming the
+// directory or file it could not create.
 bool write_atomically(const std::string& path, const std::string& contents, std::string* error);
 
 }  // namespace fsdpskip

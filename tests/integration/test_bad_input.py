@@ -4,11 +4,13 @@ import glob
 import json
 import os
 import shutil
+import stat
+import subprocess
 
 import pytest
 
-from harness import (PLUGIN, PYTHON, SCENARIOS, foreign_plugin, fsdpskip_lines, other_architecture_copy, run,
-                     said_by_fsdpskip)
+from harness import (PLUGIN, PYTHON, SCENARIOS, environment, foreign_plugin, fsdpskip_lines, other_architecture_copy,
+                     run, said_by_fsdpskip)
 
 
 def plain_output():
@@ -100,12 +102,37 @@ def test_plugin_that_other_users_can_write_is_never_loaded(tmp_path):
     os.chmod(str(tmp_path), 0o755)
 
 
-def test_unwritable_report_path_is_one_line_and_exit_status_kept(tmp_path):
+def test_unwritable_report_path_is_one_line_naming_the_component_and_exit_status_kept(tmp_path):
+    """A directory on the report's path that cannot be made (here a regular
+    file stands where it should be; the tests run as root, which no mode
+    stops) is named in one line, and nothing is made below it."""
+    (tmp_path / "file").write_text("not a directory")
     done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1",
-               FSDPSKIP_REPORT="/nonexistent-dir/report-%p.json")
+               FSDPSKIP_REPORT=str(tmp_path / "file" / "reports" / "report-%p.json"))
     assert done.returncode == 0
     lines = [l for l in fsdpskip_lines(done.stderr) if "FSDPSKIP_REPORT" in l]
-    assert len(lines) == 1 and "/nonexistent-dir/report-" in lines[0] and "no report written" in lines[0]
+    assert lines == ["fsdpskip: error: FSDPSKIP_REPORT: cannot create directory %s: Not a directory; no report "
+                     "written" % (tmp_path / "file")], done.stderr
+    assert sorted(os.listdir(str(tmp_path))) == ["file"]
+
+
+def test_missing_report_directories_are_made_by_every_rank_at_once(tmp_path):
+    """A report template whose directories do not exist yet, as a user first
+    writes one (`--report "$PWD/rep/%h-%r.json"`): four ranks started
+    together make them (one may find a component another just made), each
+    with mode 0777 less the umask, and every rank's report is there."""
+    template = str(tmp_path / "reports" / "job" / "report-%p.json")
+    command = "umask 027; exec %s %s hf_init_weights" % (PYTHON, SCENARIOS)
+    ranks = [subprocess.Popen(["sh", "-c", command], env=environment(True, FSDPSKIP="on", LOCAL_RANK="1",
+                                                                      FSDPSKIP_REPORT=template),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for rank in ranks:
+        _, err = rank.communicate(timeout=300)
+        assert rank.returncode == 0 and "FSDPSKIP_REPORT" not in err, err
+    for directory in (tmp_path / "reports", tmp_path / "reports" / "job"):
+        assert stat.S_IMODE(os.stat(str(directory)).st_mode) == 0o750, directory
+    reports = sorted(os.listdir(str(tmp_path / "reports" / "job")))
+    assert len(reports) == 4 and all(name.startswith("report-") and name.endswith(".json") for name in reports)
 
 
 @pytest.mark.parametrize("template, named", [("report-%x.json", "unknown sequence %x"),

@@ -80,10 +80,11 @@ def test_every_subcommand_has_help():
 
 
 def test_two_rank_job_through_run_then_report(tmp_path):
-    """fsdpskip run -- torchrun …, then fsdpskip report over its reports."""
-    out, reports = tmp_path / "out", tmp_path / "reports"
+    """fsdpskip run -- torchrun …, then fsdpskip report over its reports:
+    their directory made by the rank that writes (a user's first
+    `--report "$PWD/rep/%h-%r.json"`), every expected rank's report there."""
+    out, reports = tmp_path / "out", tmp_path / "reports" / "job"
     out.mkdir()
-    reports.mkdir()
     done, ranks = torchrun([LOAD_MODEL, "--out", str(out), "--size", "tiny", "--style", "hf4", "--sync", "ddp",
                             "--verify"], str(out), preload=False,
                            prefix=[COMMAND, "run", "--mode", "on", "--report", str(reports / "rank%r.json"), "--"])
@@ -99,7 +100,10 @@ def test_two_rank_job_through_run_then_report(tmp_path):
     assert gathered["verdict"] == "pass" and gathered["totals"]["pending"] == 0
     [process] = gathered["processes"]
     assert process["rank"] == 1 and process["local_rank"] == 1 and sum(process["calls"].values()) > 0
+    assert process["world_size"] == 2 and process["local_world_size"] == 2
     assert gathered["totals"]["skipped_calls"] == sum(process["calls"].values())
+    assert gathered["totals"]["expected_reports"] == 1 and gathered["totals"]["missing_ranks"] == []
+    assert not any("missing" in note for note in gathered["notes"]), gathered["notes"]
 
     # The same report as schema version 1 wrote it (before draws_unreproduced): still read.
     with open(str(reports / "rank1.json")) as f:
@@ -114,6 +118,28 @@ def test_two_rank_job_through_run_then_report(tmp_path):
 
 
 # --- report ----------------------------------------------------------------
+
+def test_report_names_the_ranks_whose_reports_are_missing(tmp_path):
+    """A real rank's report, as the one report found of an 8-rank job on two
+    nodes of 4: ranks 2, 3, 5, 6 and 7 (local ranks from 1) are named as
+    missing and the verdict fails; of a job of unknown size, a note says it
+    cannot check and the verdict stands."""
+    done = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", LOCAL_RANK="1", RANK="1", WORLD_SIZE="8",
+               LOCAL_WORLD_SIZE="4", FSDPSKIP_REPORT=str(tmp_path / "r-%r.json"))
+    assert done.returncode == 0, done.stderr
+    table = fsdpskip("report", str(tmp_path))
+    assert table.returncode == 1, table.stdout
+    assert "FAIL: 5 of the 6 expected reports missing (every local rank from 1 writes one): ranks 2, 3, 5, 6, 7;" in \
+        table.stdout and "verdict: fail" in table.stdout, table.stdout
+    gathered = json.loads(fsdpskip("report", "--json", str(tmp_path)).stdout)
+    assert gathered["totals"]["expected_reports"] == 6 and gathered["totals"]["missing_ranks"] == [2, 3, 5, 6, 7]
+
+    report = json.loads((tmp_path / "r-1.json").read_text())
+    report["world_size"] = report["local_world_size"] = -1  # no size variable was set
+    (tmp_path / "r-1.json").write_text(json.dumps(report))
+    table = fsdpskip("report", str(tmp_path))
+    assert table.returncode == 0 and "note: cannot check for missing reports: no report says the job's size" in \
+        table.stdout, table.stdout
 
 def test_report_fails_when_a_storage_is_pending(tmp_path):
     out = tmp_path / "out"

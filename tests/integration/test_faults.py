@@ -7,6 +7,7 @@ complete or absent, never a half-written file under its name."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import textwrap
@@ -159,15 +160,24 @@ def test_a_forked_child_exiting_either_way_reports_nothing_and_its_parent_report
     assert len(summaries) == 1, active.stderr
 
 
-def test_a_report_directory_removed_before_exit_is_one_line(tmp_path):
+def test_a_report_directory_removed_before_exit_is_made_again_or_named(tmp_path):
+    """The report's directory removed while the program runs is made again
+    at exit; replaced by a file, it is named in one line."""
     directory = tmp_path / "reports"
-    directory.mkdir()
-    script = tmp_path / "remove.py"
-    script.write_text("import os, torch, torch.nn as nn\nkept = nn.Linear(64, 64)\nos.rmdir(%r)\n" % str(directory))
-    done = run([PYTHON, str(script)], FSDPSKIP_REPORT=str(directory / "r.json"), **ACTIVE)
-    assert done.returncode == 0
-    errors = [line for line in done.stderr.splitlines() if "FSDPSKIP_REPORT" in line]
-    assert len(errors) == 1 and "no report written" in errors[0], done.stderr
+    for replacement, report_written in (("", True), ("open(%r, 'w').close()\n" % str(directory), False)):
+        directory.mkdir()
+        script = tmp_path / "remove.py"
+        script.write_text("import os, torch, torch.nn as nn\nkept = nn.Linear(64, 64)\nos.rmdir(%r)\n%s"
+                          % (str(directory), replacement))
+        done = run([PYTHON, str(script)], FSDPSKIP_REPORT=str(directory / "r.json"), **ACTIVE)
+        assert done.returncode == 0
+        errors = [line for line in done.stderr.splitlines() if "FSDPSKIP_REPORT" in line]
+        if report_written:
+            assert errors == [] and (directory / "r.json").is_file(), done.stderr
+            shutil.rmtree(str(directory))
+        else:
+            assert len(errors) == 1 and "cannot create directory %s: Not a directory" % directory in errors[0] and \
+                "no report written" in errors[0], done.stderr
 
 
 def test_a_full_filesystem_leaves_no_partial_report(tmp_path):

@@ -162,9 +162,9 @@ TEST(Options, ReasonNamesWhatDecided) {
 TEST(Options, PolicyVariablesAreExactlyTheOnesRead) {
   for (const char* name : {"FSDPSKIP", "FSDPSKIP_LOG", "FSDPSKIP_REPORT", "FSDPSKIP_PLUGIN", "FSDPSKIP_LOCAL_RANK",
                            "LOCAL_RANK", "SLURM_LOCALID", "RANK", "SLURM_PROCID", "ACCELERATE_USE_FSDP",
-                           "FSDP_CPU_RAM_EFFICIENT_LOADING"})
+                           "FSDP_CPU_RAM_EFFICIENT_LOADING", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_NTASKS"})
     EXPECT_TRUE(is_policy_variable(name, strlen(name))) << name;
-  for (const char* name : {"PATH", "FSDPSKIPX", "FSDPSKI", "LOCAL_RANKS", "RAN", "", "WORLD_SIZE"})
+  for (const char* name : {"PATH", "FSDPSKIPX", "FSDPSKI", "LOCAL_RANKS", "RAN", "", "WORLD_SIZES", "MASTER_ADDR"})
     EXPECT_FALSE(is_policy_variable(name, strlen(name))) << name;
   // Not NUL-terminated: putenv hands "NAME=value".
   EXPECT_TRUE(is_policy_variable("LOCAL_RANK=1", 10));
