@@ -1,6 +1,7 @@
 """The README's tables that come from a measured run are that run's, as its
-generator renders them (the ones generated from the source's own tables are
-tests/unit/test_documentation.cc's)."""
+generator renders them (the tables generated from the source's own tables,
+in docs/configuration.md and docs/report.md, are tests/unit/
+test_documentation.cc's)."""
 import os
 import subprocess
 import sys

@@ -1,6 +1,7 @@
-// The README's tables of shared facts are the tables themselves, rendered:
-// options.def as "Environment", report.def as the report's schema. A
-// failure prints the table to paste.
+// The documentation's tables of shared facts are the tables themselves,
+// rendered: options.def as "Environment" in docs/configuration.md, report.def
+// as the report's schema in docs/report.md. A failure prints the table to
+// paste.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -13,14 +14,15 @@
 namespace fsdpskip {
 namespace {
 
-std::string readme() {
-  std::ifstream in(FSDPSKIP_SOURCE_DIR "/README.md");
+// A file of the source tree, by its path from the top ("docs/report.md").
+std::string source_file(const std::string& path) {
+  std::ifstream in(std::string(FSDPSKIP_SOURCE_DIR "/") + path);
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
 }
 
-// The table that follows `heading` in the README (its lines starting with '|').
+// The table that follows `heading` in `text` (its lines starting with '|').
 std::string table_after(const std::string& text, const std::string& heading) {
   size_t at = text.find("\n" + heading + "\n");
   if (at == std::string::npos) return "(no heading " + heading + ")";
@@ -64,9 +66,13 @@ std::string environment_table() {
   return table;
 }
 
-TEST(Documentation, ReadmeEnvironmentTableIsOptionsDef) {
-  EXPECT_EQ(table_after(readme(), "## Environment"), environment_table()) << "paste into README.md:\n"
-                                                                          << environment_table();
+const char kConfiguration[] = "docs/configuration.md";
+const char kReport[] = "docs/report.md";
+
+TEST(Documentation, EnvironmentTableIsOptionsDef) {
+  EXPECT_EQ(table_after(source_file(kConfiguration), "## Environment"), environment_table())
+      << "paste into " << kConfiguration << " under \"## Environment\":\n"
+      << environment_table();
 }
 
 std::string report_table() {
@@ -78,10 +84,10 @@ std::string report_table() {
 const std::string kReportHeading =
     "## The report (`FSDPSKIP_REPORT`), schema version " + std::to_string(kReportSchemaVersion);
 
-TEST(Documentation, ReadmeReportTableIsReportDef) {
-  EXPECT_EQ(table_after(readme(), kReportHeading), report_table()) << "paste into README.md under \""
-                                                                   << kReportHeading << "\":\n"
-                                                                   << report_table();
+TEST(Documentation, ReportTableIsReportDef) {
+  EXPECT_EQ(table_after(source_file(kReport), kReportHeading), report_table())
+      << "paste into " << kReport << " under \"" << kReportHeading << "\":\n"
+      << report_table();
 }
 
 }  // namespace
