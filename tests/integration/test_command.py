@@ -397,7 +397,7 @@ def test_installed_tree_works_after_it_is_moved(tmp_path):
     command = str(moved / "bin" / "fsdpskip")
     for path in ("lib/libfsdpskip.so", "lib/libfsdpskip_torch.so", "share/fsdpskip/probe.py",
                  "libexec/fsdpskip/fsdpskip-probe",
-                 "share/doc/fsdpskip/README.md"):
+                 "share/doc/fsdpskip/README.md", "share/doc/fsdpskip/LICENSE", "share/doc/fsdpskip/docs/install.md"):
         assert (moved / path).is_file(), path
     status, result = doctor_json("--python", PYTHON, command=command)
     assert status == 0, json.dumps(result, indent=1)

@@ -15,7 +15,7 @@ EB = "/opt/easybuild/bin/eb"
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 SCENARIOS = os.path.join(SOURCE, "tests", "integration", "scenarios.py")
 # What a release tarball holds: everything the CMake project needs without its tests.
-RELEASED = ("CMakeLists.txt", "LICENSE", "README.md", "cmake", "env", "src", "tools/bench/calls.cc")
+RELEASED = ("CMakeLists.txt", "LICENSE", "README.md", "cmake", "docs", "env", "src", "tools/bench/calls.cc")
 
 
 def source_tarball(directory):
