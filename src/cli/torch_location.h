@@ -3,6 +3,7 @@
 // CMake package. Shared by `fsdpskip doctor` and `fsdpskip plugin`.
 #pragma once
 
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,7 +15,7 @@ namespace fsdpskip::cli {
 struct Torch {
   std::string origin;                // how it was found
   std::string version = "unknown";
-  std::string libraries[4];          // by Library: libtorch_cpu, libc10, libtorch_cuda, libnccl ("" when absent)
+  std::string libraries[std::size(kLibraries)];  // by Library (libraries.h), "" when absent
   std::string cmake_prefix;          // the directory holding Torch/TorchConfig.cmake ("" when none)
 };
 

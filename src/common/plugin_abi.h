@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 10  // 10: fsdpskip_host.world_size and local_world_size (reports)
+#define FSDPSKIP_PLUGIN_ABI 11  // 11: which side of a collective this rank is on; a skipped call's arguments
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=8"), so a plugin
@@ -104,6 +104,16 @@ typedef enum fsdpskip_verdict {
   FSDPSKIP_VERDICT_COUNT
 } fsdpskip_verdict;
 
+// A skipped call's arguments, kept so that the call can be run after all
+// (its replay) when its storage is about to be sent to another rank.
+typedef struct fsdpskip_call_arguments {
+  double first, second;  // normal_'s mean and std, uniform_'s from and to
+  // fill_'s value (FSDPSKIP_FILL: a c10::Scalar* when scalar is true, else an
+  // at::Tensor*); copy_'s source (an at::Tensor*); else NULL
+  const void* value;
+  bool scalar;
+} fsdpskip_call_arguments;
+
 // The preload's current decision. The preload owns it and rewrites it under
 // its own lock whenever the program changes a policy variable (setenv,
 // os.environ), then calls the plugin's policy_changed().
@@ -171,12 +181,13 @@ typedef struct fsdpskip_plugin {
   // when it cannot be made: the interposer then runs the kernel on self.
   void* (*stand_in_generator)(const void* generator);
   // After a SKIP (or the chain's SKIP, which runs nothing): count the call,
-  // record the storage as pending, make it read as zeros and, for normal_
-  // and uniform_ (`generator` as in decide_init, else NULL), advance their
-  // generator by the draws the kernel would have made. False when it failed,
-  // leaving nothing recorded: the interposer then runs the kernel on self, so
-  // a storage is never left neither initialised nor pending.
-  bool (*skipped)(fsdpskip_kernel kernel, void* self, const void* generator);
+  // record the storage as pending with the call and its `arguments` (NULL
+  // for the chain's steps: they cannot be replayed), make it read as zeros
+  // and, for normal_ and uniform_ (`generator` as in decide_init, else NULL),
+  // advance their generator by the draws the kernel would have made. False
+  // when it failed, leaving nothing recorded: the interposer then runs the
+  // kernel on self, so a storage is never left neither initialised nor pending.
+  bool (*skipped)(fsdpskip_kernel kernel, void* self, const void* generator, const fsdpskip_call_arguments* arguments);
   // After a ZERO_LAZILY: zero `self` exactly, releasing whole pages. False
   // when it failed: the interposer then runs the kernel on self.
   bool (*zero_lazily)(void* self);
@@ -190,15 +201,39 @@ typedef struct fsdpskip_plugin {
   // After `param.data = t` (at::TensorBase::set_data) on `self`
   // (at::TensorBase*): the parameter has a new storage; tag it.
   void (*data_set)(void* self);
-  // Before ProcessGroup{Gloo,NCCL}::broadcast with its tensors
-  // (std::vector<at::Tensor>*): rank 0's data starts to arrive; resolves
-  // them and ends the loading phase.
-  void (*broadcast_started)(void* tensor_vector);
-  // Before an NCCL receive (ncclBcast, ncclBroadcast, ncclRecv) writes
-  // [buffer, buffer + bytes) with a peer's data: resolves the skipped
-  // storages inside it and ends the loading phase. bytes is 0 for a datatype
-  // the preload does not know; buffer may be NULL.
+  // Which side of a collective this rank is on is read from the call itself:
+  // its root against the group's own rank, never from a convention (a
+  // data-parallel group's source may be any rank). A skipped storage about
+  // to be sent is first given the values it would have had without fsdpskip
+  // (its skipped calls replayed); where that cannot be done the process
+  // stops before the collective runs, after its summary and report (exit
+  // status 3), so that no skipped value ever leaves its rank.
+  //
+  // Before ProcessGroup{Gloo,NCCL}::broadcast(tensors, options): `backend`
+  // is the process group's backend (the call's this), `tensor_vector` a
+  // std::vector<at::Tensor>*, `options` a c10d::BroadcastOptions*. A
+  // receiving rank's tensors are resolved and the loading phase ends; the
+  // root's are replayed.
+  void (*broadcast_started)(const void* backend, void* tensor_vector, const void* options);
+  // Before c10d::broadcast_coalesced (DDP's and FSDP1's sync: the tensors
+  // are flattened into buckets before they reach broadcast): `group` a
+  // const c10::intrusive_ptr<c10d::ProcessGroup>*, `tensors` `count`
+  // at::Tensors, `root` the source's rank in the group. The root replays.
+  void (*coalesced_broadcast_started)(const void* group, const void* tensors, size_t count, int root);
+  // Before ProcessGroupGloo::send (`tensor_vector`) and, at its root,
+  // ::scatter (`tensor_vector` a std::vector<std::vector<at::Tensor>>*, the
+  // inputs): these tensors leave this rank. `collective` names the call.
+  void (*sending)(const void* backend, const void* tensor_vector, bool nested, const char* collective);
+  // Before an NCCL receive (ncclBcast, ncclBroadcast at a rank that is not
+  // the root, ncclRecv) writes [buffer, buffer + bytes) with a peer's data:
+  // resolves the skipped storages inside it and ends the loading phase.
+  // bytes is 0 for a datatype the preload does not know; buffer may be NULL.
   void (*received)(const void* buffer, size_t bytes);
+  // Before NCCL sends [buffer, buffer + bytes) (ncclSend, ncclBcast and
+  // ncclBroadcast at their root): a skipped storage inside it cannot be
+  // replayed in order with NCCL's stream here, so the process stops.
+  // (ProcessGroupNCCL::broadcast's root replays before it gets here.)
+  void (*sent_raw)(const void* buffer, size_t bytes, const char* collective);
   // Before one of training's collectives (ProcessGroupGloo's all-reduce and
   // reduce-scatter, with the tensors they write, a std::vector<at::Tensor>*;
   // NCCL's ncclAllReduce and ncclReduceScatter, tensor_vector NULL and the

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "hooks.h"
+#include "loaded_objects.h"
 #include "preload.h"
 
 namespace fsdpskip {
@@ -43,10 +44,11 @@ inline Fn original_as(HookId id) {
 // normal_ and uniform_ pass `generator`, the variable their `run` reads the
 // generator argument from: the stand-in run is given the plugin's copy of
 // it (the original may move from the argument it gets), so that skipped()
-// and a run on self still see the caller's.
+// and a run on self still see the caller's. `arguments` go to skipped(),
+// for the call's replay.
 template <typename Run>
 inline void* carry_out(fsdpskip_verdict verdict, const fsdpskip_plugin* plugin, fsdpskip_kernel kernel, void* self,
-                       Run run, void** generator = nullptr) {
+                       const fsdpskip_call_arguments& arguments, Run run, void** generator = nullptr) {
   switch (verdict) {
     case FSDPSKIP_SKIP:
     case FSDPSKIP_ZERO_LAZILY: {
@@ -57,7 +59,8 @@ inline void* carry_out(fsdpskip_verdict verdict, const fsdpskip_plugin* plugin, 
       if (callers) *generator = copy;
       run(stand_in);
       if (callers) *generator = callers;
-      bool done = verdict == FSDPSKIP_SKIP ? plugin->skipped(kernel, self, callers) : plugin->zero_lazily(self);
+      bool done = verdict == FSDPSKIP_SKIP ? plugin->skipped(kernel, self, callers, &arguments)
+                                                 : plugin->zero_lazily(self);
       return done ? self : run(self);
     }
     case FSDPSKIP_AUDIT: {
@@ -79,7 +82,7 @@ struct Random {
     Fn fn = original_as<Fn>(id);
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self, a, b, generator);
-    return carry_out(plugin->decide_init(kernel, self, generator), plugin, kernel, self,
+    return carry_out(plugin->decide_init(kernel, self, generator), plugin, kernel, self, {a, b, nullptr, false},
                      [&](void* t) { return fn(t, a, b, generator); }, &generator);
   }
   static void* forward(void* self, double a, double b, void* generator) {
@@ -96,7 +99,7 @@ struct Unary {
     Fn fn = original_as<Fn>(id);
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self);
-    return carry_out(plugin->decide_init(kernel, self, nullptr), plugin, kernel, self, fn);
+    return carry_out(plugin->decide_init(kernel, self, nullptr), plugin, kernel, self, {0, 0, nullptr, false}, fn);
   }
   static void* forward(void* self) {
     if (__builtin_expect(routed(), 0)) return active(self);
@@ -114,7 +117,7 @@ struct Fill {
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self, value);
     fsdpskip_verdict verdict = kScalar ? plugin->decide_fill(self, value) : plugin->decide_init(kernel, self, nullptr);
-    return carry_out(verdict, plugin, kernel, self, [&](void* t) { return fn(t, value); });
+    return carry_out(verdict, plugin, kernel, self, {0, 0, value, kScalar}, [&](void* t) { return fn(t, value); });
   }
   static void* forward(void* self, const void* value) {
     if (__builtin_expect(routed(), 0)) return active(self, value);
@@ -141,9 +144,11 @@ struct Copy {
       const void* src_stand_in = self_stand_in ? plugin->stand_in_like(src, 1) : nullptr;
       if (src_stand_in == nullptr) return fn(self, src, non_blocking);
       fn(self_stand_in, src_stand_in, non_blocking);
-      return plugin->skipped(kernel, self, nullptr) ? self : fn(self, src, non_blocking);
+      fsdpskip_call_arguments arguments = {0, 0, src, false};
+      return plugin->skipped(kernel, self, nullptr, &arguments) ? self : fn(self, src, non_blocking);
     }
-    void* result = carry_out(verdict, plugin, kernel, self, [&](void* t) { return fn(t, src, non_blocking); });
+    void* result = carry_out(verdict, plugin, kernel, self, {0, 0, src, false},
+                             [&](void* t) { return fn(t, src, non_blocking); });
     if (verdict == FSDPSKIP_RUN_NOTIFY) plugin->copied(self, src);
     return result;
   }
@@ -206,8 +211,46 @@ struct Broadcast {
   using Fn = ReturnedInMemory (*)(void*, void*, void*);
   static ReturnedInMemory forward(void* group, void* tensors, void* options) {
     Fn fn = original_as<Fn>(id);
-    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->broadcast_started(tensors);
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->broadcast_started(group, tensors, options);
     return fn(group, tensors, options);
+  }
+};
+
+// c10d::broadcast_coalesced(intrusive_ptr<ProcessGroup> (by value or const&:
+// either way its address), ArrayRef<Tensor> tensors, size_t buffer_size, int
+// root). The ArrayRef, a trivially copyable pair of words, travels as its two
+// words in two registers on x86-64 and AArch64 alike.
+template <HookId id, fsdpskip_kernel>
+struct Coalesced {
+  using Fn = void (*)(void*, const void*, size_t, size_t, int);
+  static void forward(void* group, const void* tensors, size_t count, size_t buffer_size, int root) {
+    Fn fn = original_as<Fn>(id);
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->coalesced_broadcast_started(group, tensors, count, root);
+    return fn(group, tensors, count, buffer_size, root);
+  }
+};
+
+// ProcessGroupGloo::send(this, vector<Tensor>&, int dstRank, int tag)
+template <HookId id, fsdpskip_kernel>
+struct Send {
+  using Fn = ReturnedInMemory (*)(void*, void*, int, int);
+  static ReturnedInMemory forward(void* group, void* tensors, int peer, int tag) {
+    Fn fn = original_as<Fn>(id);
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->sending(group, tensors, false, "send");
+    return fn(group, tensors, peer, tag);
+  }
+};
+
+// ProcessGroupGloo::scatter(this, vector<Tensor>& outputs,
+// vector<vector<Tensor>>& inputs, const ScatterOptions&): only the root's
+// inputs hold tensors.
+template <HookId id, fsdpskip_kernel>
+struct Scatter {
+  using Fn = ReturnedInMemory (*)(void*, void*, void*, void*);
+  static ReturnedInMemory forward(void* group, void* outputs, void* inputs, void* options) {
+    Fn fn = original_as<Fn>(id);
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->sending(group, inputs, true, "scatter");
+    return fn(group, outputs, inputs, options);
   }
 };
 
@@ -259,7 +302,7 @@ struct Structured {
     void* out = const_cast<void*>(arguments[sizeof...(Tensors) - 1]);
     if constexpr (kernel == FSDPSKIP_CHAIN) {
       fsdpskip_verdict verdict = plugin->decide_chain(self, out);
-      if (verdict == FSDPSKIP_SKIP && plugin->skipped(kernel, out, nullptr)) return;
+      if (verdict == FSDPSKIP_SKIP && plugin->skipped(kernel, out, nullptr, nullptr)) return;
       uint64_t start = verdict == FSDPSKIP_AUDIT ? now_ns() : 0;
       fn(op, self, inputs_then_out...);
       if (start) plugin->audited(kernel, out, now_ns() - start);
@@ -285,21 +328,47 @@ inline size_t nccl_bytes(size_t count, int datatype) {
   return datatype >= 0 && datatype < static_cast<int>(sizeof kSizes) ? count * kSizes[datatype] : 0;
 }
 
-template <HookId id, typename Fn, typename... Args>
-inline int receive(void* recvbuff, size_t count, int datatype, Args... args) {
-  auto fn = reinterpret_cast<Fn>(find_original(id));
-  if (fn == nullptr) return kNcclSystemError;
-  if (const fsdpskip_plugin* plugin = active_plugin()) plugin->received(recvbuff, nccl_bytes(count, datatype));
-  return fn(args...);
+// This rank's place in an NCCL communicator (ncclCommUserRank, looked up
+// once where NCCL is loaded), or -1 when it cannot be told.
+int nccl_rank(void* comm) {
+  using Fn = int (*)(void*, int*);
+  static void* const kUnresolved = reinterpret_cast<void*>(1);
+  static void* user_rank = kUnresolved;
+  void* fn = __atomic_load_n(&user_rank, __ATOMIC_ACQUIRE);
+  if (fn == kUnresolved) {
+    fn = find_function_anywhere("ncclCommUserRank");
+    __atomic_store_n(&user_rank, fn, __ATOMIC_RELEASE);
+  }
+  int rank = -1;
+  if (fn == nullptr || reinterpret_cast<Fn>(fn)(comm, &rank) != 0) return -1;
+  return rank;
 }
 
-// ncclBcast(buff, count, datatype, root, comm, stream), and ncclRecv(recvbuff,
-// count, datatype, peer, comm, stream) with the same layout.
+// A broadcast's buffer: written with the root's data on every other rank,
+// sent from it at the root. Where this rank's place cannot be told, its
+// skipped storages in the buffer are treated as sent (the process stops
+// rather than send them) and never as received.
+inline void broadcast_buffer(const fsdpskip_plugin* plugin, const void* send, void* recv, size_t bytes, int root,
+                             void* comm, const char* collective) {
+  int rank = nccl_rank(comm);
+  if (rank >= 0 && rank != root) return plugin->received(recv, bytes);
+  plugin->sent_raw(send, bytes, collective);
+}
+
+template <HookId id, typename Fn>
+inline Fn nccl_original() {
+  return reinterpret_cast<Fn>(find_original(id));
+}
+
+// ncclBcast(buff, count, datatype, root, comm, stream)
 template <HookId id, fsdpskip_kernel>
 struct NcclBcast {
   static int forward(void* buff, size_t count, int datatype, int root, void* comm, void* stream) {
-    return receive<id, int (*)(void*, size_t, int, int, void*, void*)>(buff, count, datatype, buff, count, datatype,
-                                                                        root, comm, stream);
+    auto fn = nccl_original<id, int (*)(void*, size_t, int, int, void*, void*)>();
+    if (fn == nullptr) return kNcclSystemError;
+    if (const fsdpskip_plugin* plugin = active_plugin())
+      broadcast_buffer(plugin, buff, buff, nccl_bytes(count, datatype), root, comm, "ncclBcast");
+    return fn(buff, count, datatype, root, comm, stream);
   }
 };
 
@@ -307,10 +376,32 @@ struct NcclBcast {
 template <HookId id, fsdpskip_kernel>
 struct NcclBroadcast {
   static int forward(const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream) {
-    return receive<id, int (*)(const void*, void*, size_t, int, int, void*, void*)>(
-        recv, count, datatype, send, recv, count, datatype, root, comm, stream);
+    auto fn = nccl_original<id, int (*)(const void*, void*, size_t, int, int, void*, void*)>();
+    if (fn == nullptr) return kNcclSystemError;
+    if (const fsdpskip_plugin* plugin = active_plugin())
+      broadcast_buffer(plugin, send, recv, nccl_bytes(count, datatype), root, comm, "ncclBroadcast");
+    return fn(send, recv, count, datatype, root, comm, stream);
   }
 };
+
+// ncclRecv(recvbuff, count, datatype, peer, comm, stream) and ncclSend(sendbuff,
+// ...), of the same layout.
+template <HookId id, fsdpskip_kernel, bool kSends>
+struct NcclPointToPoint {
+  static int forward(void* buff, size_t count, int datatype, int peer, void* comm, void* stream) {
+    auto fn = nccl_original<id, int (*)(void*, size_t, int, int, void*, void*)>();
+    if (fn == nullptr) return kNcclSystemError;
+    if (const fsdpskip_plugin* plugin = active_plugin()) {
+      if (kSends) plugin->sent_raw(buff, nccl_bytes(count, datatype), "ncclSend");
+      else plugin->received(buff, nccl_bytes(count, datatype));
+    }
+    return fn(buff, count, datatype, peer, comm, stream);
+  }
+};
+template <HookId id, fsdpskip_kernel kernel>
+using NcclRecv = NcclPointToPoint<id, kernel, false>;
+template <HookId id, fsdpskip_kernel kernel>
+using NcclSend = NcclPointToPoint<id, kernel, true>;
 
 // ncclAllReduce and ncclReduceScatter(sendbuff, recvbuff, count, datatype,
 // op, comm, stream): training's collectives, of `count` elements received.
@@ -341,6 +432,12 @@ struct NcclReduce {
                          (group, tensors, options)
 #define SHAPE_ReduceScatter ReduceScatter, ReturnedInMemory, \
     (void* group, void* outputs, void* inputs, void* options), (group, outputs, inputs, options)
+#define SHAPE_Scatter Scatter, ReturnedInMemory, \
+    (void* group, void* outputs, void* inputs, void* options), (group, outputs, inputs, options)
+#define SHAPE_Send Send, ReturnedInMemory, (void* group, void* tensors, int peer, int tag), (group, tensors, peer, tag)
+#define SHAPE_Coalesced Coalesced, void, \
+    (void* group, const void* tensors, size_t count, size_t buffer_size, int root), \
+    (group, tensors, count, buffer_size, root)
 // Structured impls by their tensor arguments after `this` (a Scalar& counts):
 // self and out; one more; two more.
 #define SHAPE_Structured2 Structured, void, (void* op, const void* self, const void* out), (op, self, out)
@@ -348,9 +445,12 @@ struct NcclReduce {
                           (op, self, x, out)
 #define SHAPE_Structured4 Structured, void, \
     (void* op, const void* self, const void* x, const void* y, const void* out), (op, self, x, y, out)
-// ncclBcast and ncclRecv have the same layout.
 #define SHAPE_NcclBcast NcclBcast, int, (void* buff, size_t count, int datatype, int root, void* comm, void* stream), \
                         (buff, count, datatype, root, comm, stream)
+#define SHAPE_NcclRecv NcclRecv, int, (void* buff, size_t count, int datatype, int peer, void* comm, void* stream), \
+                       (buff, count, datatype, peer, comm, stream)
+#define SHAPE_NcclSend NcclSend, int, (void* buff, size_t count, int datatype, int peer, void* comm, void* stream), \
+                       (buff, count, datatype, peer, comm, stream)
 #define SHAPE_NcclBroadcast NcclBroadcast, int, \
     (const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream), \
     (send, recv, count, datatype, root, comm, stream)

@@ -5,6 +5,12 @@
 #include <ATen/ops/normal_native.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
 
 namespace fsdpskip::compat {
 
@@ -34,5 +40,18 @@ inline c10::StorageImpl* storage_of(const c10::TensorImpl* tensor) {
 template <typename Result, typename Self, typename Generator>
 Generator generator_parameter(Result (*)(Self, double, double, Generator));
 using GeneratorArgument = decltype(generator_parameter(&at::native::normal_));
+
+// The class ProcessGroupGloo and ProcessGroupNCCL derive from, the `this`
+// of their collectives: ProcessGroup up to 1.13, Backend from 2.0. Each
+// derives from it alone (single inheritance: the base is at the same
+// address), and its rank in the group is a member read inline.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+inline const CollectiveBackend& backend(const void* collective_this) {
+  return *static_cast<const CollectiveBackend*>(collective_this);
+}
 
 }  // namespace fsdpskip::compat

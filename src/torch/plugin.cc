@@ -141,6 +141,26 @@ void training_began(size_t bytes, bool rank0_data_seen) {
   _exit(kPendingExitStatus);  // no atexit handlers: finish() was the preload's
 }
 
+// A collective about to send skipped storages that could not be given
+// their values (Tracker::sending): the process stops before the collective
+// runs, after its summary and report, so that no skipped value leaves it.
+void stop_unless_sendable(const std::vector<Tracker::Unsendable>& unsendable, const std::string& collective) {
+  if (unsendable.empty()) return;
+  say(FSDPSKIP_MESSAGE_ERROR, unsendable_stop_line(collective, unsendable.size()));
+  for (const Tracker::Unsendable& storage : unsendable)
+    say(FSDPSKIP_MESSAGE_ERROR, unsendable_line(storage.site, storage.why));
+  finish();
+  _exit(kPendingExitStatus);  // no atexit handlers: finish() was the preload's
+}
+
+// "gloo broadcast (root 1 of a group of 2: this rank)"
+std::string collective_text(const compat::CollectiveBackend& backend, const char* collective, int64_t root) {
+  std::string text = backend.getBackendName() + " " + collective + " (";
+  if (root >= 0) text += "root " + std::to_string(root) + " of ";
+  return text + "a group of " + std::to_string(backend.getSize()) + ", this rank " +
+         std::to_string(backend.getRank()) + ")";
+}
+
 // Every callback runs inside `guarded`: nothing unwinds out of the plugin
 // into the preload (which has no C++ runtime) or torch's frames between
 // them. A failure (an allocation) is counted, said once, and answered with
@@ -205,9 +225,9 @@ const fsdpskip_plugin kPlugin = {
         return &copy;
       });
     },
-    [](fsdpskip_kernel kernel, void* self, const void* generator) noexcept {
+    [](fsdpskip_kernel kernel, void* self, const void* generator, const fsdpskip_call_arguments* arguments) noexcept {
       return guarded("skipped", false, [&] {
-        return Tracker::instance().skipped(kernel, tensor(self), generator_argument(generator)), true;
+        return Tracker::instance().skipped(kernel, tensor(self), generator_argument(generator), arguments), true;
       });
     },
     [](void* self) noexcept {
@@ -226,12 +246,48 @@ const fsdpskip_plugin kPlugin = {
     [](void* self) noexcept {
       guarded("data_set", [&] { Tracker::instance().data_set(*static_cast<const at::TensorBase*>(self)); });
     },
-    [](void* tensors) noexcept {
-      guarded("broadcast_started",
-              [&] { Tracker::instance().broadcast_started(*static_cast<std::vector<at::Tensor>*>(tensors)); });
+    [](const void* group, void* tensors, const void* options) noexcept {
+      guarded("broadcast_started", [&] {
+        const auto& list = *static_cast<std::vector<at::Tensor>*>(tensors);
+        const compat::CollectiveBackend& backend = compat::backend(group);
+        int64_t root = static_cast<const c10d::BroadcastOptions*>(options)->rootRank;
+        // A group of one sends to nobody: its broadcast counts as the sync
+        // it stands for (the doctor's probe, one-rank jobs).
+        if (root != backend.getRank() || backend.getSize() == 1) return Tracker::instance().broadcast_started(list);
+        stop_unless_sendable(Tracker::instance().sending(list), collective_text(backend, "broadcast", root));
+      });
+    },
+    [](const void* group, const void* tensors, size_t count, int root) noexcept {
+      guarded("coalesced_broadcast_started", [&] {
+        const c10d::ProcessGroup& process_group = **static_cast<const c10::intrusive_ptr<c10d::ProcessGroup>*>(group);
+        // The broadcast of its buckets resolves them.
+        if (root != process_group.getRank() || process_group.getSize() == 1) return;
+        const auto* first = static_cast<const at::Tensor*>(tensors);
+        std::vector<at::Tensor> list(first, first + count);
+        stop_unless_sendable(Tracker::instance().sending(list),
+                             "coalesced broadcast (root " + std::to_string(root) + " of a group of " +
+                                 std::to_string(process_group.getSize()) + ": this rank)");
+      });
+    },
+    [](const void* group, const void* tensors, bool nested, const char* collective) noexcept {
+      guarded("sending", [&] {
+        std::vector<at::Tensor> list;
+        if (nested)
+          for (const auto& inner : *static_cast<const std::vector<std::vector<at::Tensor>>*>(tensors))
+            list.insert(list.end(), inner.begin(), inner.end());
+        else
+          list = *static_cast<const std::vector<at::Tensor>*>(tensors);
+        if (list.empty()) return;  // a scatter's inputs are the root's alone
+        stop_unless_sendable(Tracker::instance().sending(list), collective_text(compat::backend(group), collective, -1));
+      });
     },
     [](const void* buffer, size_t bytes) noexcept {
       guarded("received", [&] { Tracker::instance().received(buffer, bytes); });
+    },
+    [](const void* buffer, size_t bytes, const char* collective) noexcept {
+      guarded("sent_raw", [&] {
+        stop_unless_sendable(Tracker::instance().sending_raw(buffer, bytes), collective + std::string(" (NCCL's C API)"));
+      });
     },
     [](const void* tensors, size_t bytes) noexcept {
       guarded("collective_started", [&] {

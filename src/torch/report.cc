@@ -151,6 +151,21 @@ std::string pending_line(const SkipSite& site) {
   return line + where_text(site, "; skipped at ");
 }
 
+std::string unsendable_stop_line(const std::string& collective, size_t count) {
+  return format("%s would send %zu skipped storages of this rank that fsdpskip cannot give the values they would "
+                "have had without it: this rank is a source of the sync, so its inits must run; run the ranks that "
+                "send with FSDPSKIP=off (or without the preload); ending the process with exit status %d before it "
+                "sends them",
+                collective.c_str(), count, kPendingExitStatus);
+}
+
+std::string unsendable_line(const SkipSite& site, const std::string& why) {
+  std::string line = format("unsendable storage %s %s on %s, %s: skipped (%s); %s", site.shape.c_str(),
+                            site.dtype.c_str(), site.device.c_str(), bytes_text(site.bytes).c_str(),
+                            kernel_name(site.first_kernel), why.c_str());
+  return line + where_text(site, "; skipped at ");
+}
+
 std::string never_written_line(const SkipSite& site) {
   std::string line = format("never-written storage %s %s on %s, %s: a placeholder that nothing wrote before training "
                             "began (no init, copy, fill, broadcast or receive, no page in memory): it holds no "

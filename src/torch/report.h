@@ -23,6 +23,11 @@ inline constexpr int kPendingExitStatus = 3;
 // arrived, or after it (data no sync covers); `aborting` when the process
 // ends here.
 std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_data_seen, bool audit, bool aborting);
+// What a rank says as it stops before `collective` would send `count`
+// skipped storages it could not give their values; then each of them,
+// why, and where it was skipped.
+std::string unsendable_stop_line(const std::string& collective, size_t count);
+std::string unsendable_line(const SkipSite& site, const std::string& why);
 // One placeholder that nothing wrote before training began, and where it was made.
 std::string never_written_line(const SkipSite& site);
 // What FSDPSKIP_ON_PENDING=abort says when only such placeholders stop it.

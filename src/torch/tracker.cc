@@ -22,26 +22,17 @@
 namespace fsdpskip {
 namespace {
 
-// Set while this thread runs a zero_ of the plugin's own: it is never skipped.
-thread_local bool t_zeroing = false;
-
 // The generator this thread's last skipped normal_ or uniform_ was advanced
 // on: an any() answered on zeros after it may have hidden redraws from it.
 thread_local std::optional<c10::weak_intrusive_ptr<c10::GeneratorImpl>> t_last_advanced;
 
 bool is_random(fsdpskip_kernel kernel) { return kernel == FSDPSKIP_NORMAL || kernel == FSDPSKIP_UNIFORM; }
 
-struct OwnZeroing {
-  bool previous = t_zeroing;
-  OwnZeroing() { t_zeroing = true; }
-  ~OwnZeroing() { t_zeroing = previous; }
-};
-
 // Zeroes a tensor with torch's own zero_ (on a device: the current stream).
 // False when torch refused.
 bool zero_tensor(const at::Tensor& tensor) {
   try {
-    OwnZeroing own;
+    OwnKernels own;
     tensor.zero_();
     return true;
   } catch (const std::exception&) {
@@ -209,7 +200,7 @@ Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
   // failure leaves the storage as it was.
   auto entry = records_.try_emplace(context).first;
   Record& record = entry->second;
-  record = Record{storage, swap ? deleter : nullptr, std::nullopt, role, false, false, false, nullptr};
+  record = Record{storage, swap ? deleter : nullptr, std::nullopt, role, false, false, false, nullptr, {}, nullptr};
   if (!swap) {
     record.watched.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
   } else if (!data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) {
@@ -256,7 +247,13 @@ void Tracker::resolve_locked(Record& record, bool by_free) {
   }
   record.role = Role::kReceived;
   record.skipped = false;
+  record.calls.clear();
+  record.unreplayable = nullptr;
   set_zeros_locked(record, false);
+}
+
+void Tracker::mark_unreplayable_locked(Record& record, const char* why) {
+  if (record.role == Role::kParameter && record.skipped && record.unreplayable == nullptr) record.unreplayable = why;
 }
 
 bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self) {
@@ -352,7 +349,7 @@ bool Tracker::lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, 
 
 fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zeroes) {
   c10::StorageImpl* storage = storage_of(self);
-  if (storage == nullptr || !enabled() || t_zeroing) return FSDPSKIP_RUN;
+  if (storage == nullptr || !enabled() || running_own_kernels()) return FSDPSKIP_RUN;
   bool loading_now = loading();
   if (loading_now || pending_.load() != 0) {
     if (tracked_.load() != 0) {
@@ -428,12 +425,20 @@ fsdpskip_verdict Tracker::decide_on_zeros(fsdpskip_kernel kernel, const at::Tens
     zeros = true;
     note_unreproduced();
   } else {
+    // What follows a comparison of skipped values (trunc_normal_'s redraws)
+    // depends on the values: the storage's calls no longer tell them.
+    if (c10::StorageImpl* storage = storage_of(self)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (Record* record = find_locked(storage))
+        mark_unreplayable_locked(*record, "its skipped values were compared (trunc_normal_'s rejection sampling, "
+                                          "torch 2.12 and later), which a replay cannot reproduce");
+    }
     // `0 op scalar` computed by torch itself on one element of self's dtype:
     // its promotion rules, NaN and all. A dtype torch refuses (complex): the
     // kernel runs and raises its own error.
     try {
       const c10::Scalar& scalar = *static_cast<const c10::Scalar*>(other);
-      OwnZeroing own;  // the sample's zeros are an ordinary zero_
+      OwnKernels own;  // the sample's zeros are an ordinary zero_
       at::Tensor sample = at::zeros({1}, self.options());
       at::Tensor answer = kernel == FSDPSKIP_LT   ? at::lt(sample, scalar)
                           : kernel == FSDPSKIP_LE ? at::le(sample, scalar)
@@ -492,23 +497,40 @@ void Tracker::zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out) {
   stats_[Counter::answered_bytes_never_committed] += zeroed.released;
 }
 
-void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator) {
-  // The generator and the draws first: they may throw (another device's
-  // generator, torch's own error), and then nothing is committed and the
-  // kernel runs on self.
+void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator,
+                      const fsdpskip_call_arguments* arguments) {
+  // The generator, the draws and the call's description first: they may
+  // throw (another device's generator, torch's own error, an allocation),
+  // and then nothing is committed and the kernel runs on self.
   std::optional<at::Generator> drawn_from;
   uint64_t draws = 0;
   if (generator != nullptr && is_random(kernel)) {
     draws = random_draws(kernel, self).value_or(0);  // decide_init ran only a call it could count
     drawn_from = cpu_generator(*generator);
   }
-  skip_storage(kernel, self);
-  if (!drawn_from) return;
-  advance(*drawn_from, draws);
-  t_last_advanced.emplace(drawn_from->getIntrusivePtr());
+  const char* unreplayable = nullptr;
+  SkippedCall call = describe_call(kernel, self, arguments, &unreplayable);
+  const at::Tensor* copy_source =
+      kernel == FSDPSKIP_COPY && arguments ? static_cast<const at::Tensor*>(arguments->value) : nullptr;
+  skip_storage(kernel, self, std::move(call), unreplayable, copy_source, drawn_from, draws);
+  if (drawn_from) t_last_advanced.emplace(drawn_from->getIntrusivePtr());
 }
 
-void Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self) {
+const char* Tracker::describe_copy_source_locked(const at::Tensor& src, SkippedCall& call) {
+  c10::StorageImpl* source = storage_of(src);
+  Record* record = source ? find_locked(source) : nullptr;
+  if (record == nullptr || record->role != Role::kParameter || !record->skipped)
+    return "a copy_ whose source was no longer a skipped storage is not replayed";
+  if (record->unreplayable != nullptr) return record->unreplayable;
+  call.source = std::make_shared<const SkippedCalls>(record->calls);
+  call.source_bytes = source->nbytes();
+  call.source_geometry = geometry_of(src);
+  return nullptr;
+}
+
+void Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, SkippedCall call, const char* unreplayable,
+                           const at::Tensor* copy_source, const std::optional<at::Generator>& generator,
+                           uint64_t draws) {
   c10::StorageImpl* storage = storage_of(self);
   if (storage == nullptr) return;
   bool tagged = false, first = false;
@@ -517,7 +539,15 @@ void Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self) {
     std::lock_guard<std::mutex> lock(mutex_);
     Record* record = find_locked(storage);
     if (record != nullptr && record->role == Role::kParameter) {
-      first = mark_skipped_locked(*record, kernel, self);  // may fail: then nothing is committed
+      // What may fail comes before anything is committed: then the kernel runs on self.
+      if (copy_source != nullptr && unreplayable == nullptr)
+        unreplayable = describe_copy_source_locked(*copy_source, call);
+      if (unreplayable == nullptr) record->calls.reserve(record->calls.size() + 1);
+      if (generator) generators_.reserve();
+      first = mark_skipped_locked(*record, kernel, self);
+      if (generator) generators_.advance(*generator, draws, call);
+      if (unreplayable == nullptr) record->calls.push_back(std::move(call));
+      else mark_unreplayable_locked(*record, unreplayable);
       tagged = true;
       deleter = original_deleter(record, storage);
       ++stats_.calls[kernel];
@@ -526,6 +556,7 @@ void Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self) {
   // Its record went between the verdict and now (the policy changed on
   // another thread): the kernel did not run, so at least no stale bytes.
   if (!tagged) {
+    if (generator) advance(*generator, draws);
     zero_tensor(self);
     return;
   }
@@ -611,10 +642,12 @@ void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
   Record* origin = find_locked(source);
   // Only rank 0's data resolves: a copy of a locally computed tensor (the
   // resampling of torch >= 2.12's trunc_normal_, orthogonal_'s QR factor) does not.
-  if (origin == nullptr || origin->role != Role::kReceived) return;
   bool covers = dst.is_contiguous() && dst.storage_offset() == 0 &&
                 static_cast<size_t>(dst.numel() * dst.itemsize()) == destination->nbytes();
-  if (covers) resolve_locked(*target, false);
+  if (origin != nullptr && origin->role == Role::kReceived && covers) return resolve_locked(*target, false);
+  // Values written over skipped ones, which a replay of the skipped calls
+  // alone would lose.
+  mark_unreplayable_locked(*target, "a copy_ into it after its init was skipped is not replayed");
 }
 
 void Tracker::requires_grad_set(c10::TensorImpl* tensor) {
@@ -681,6 +714,92 @@ void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
     }
     end_loading_locked(true);
   }
+}
+
+std::vector<Tracker::Unsendable> Tracker::sending(const std::vector<at::Tensor>& tensors) {
+  if (!loading() && pending_.load() == 0) return {};  // training's sends: nothing is skipped any more
+  std::vector<c10::StorageImpl*> storages;
+  for (const at::Tensor& tensor : tensors)
+    if (c10::StorageImpl* storage = storage_of(tensor)) storages.push_back(storage);
+  std::vector<Unsendable> unsendable = replay_pending(storages);
+  std::lock_guard<std::mutex> lock(mutex_);
+  end_loading_locked(true);
+  return unsendable;
+}
+
+std::vector<Tracker::Unsendable> Tracker::sending_raw(const void* buffer, size_t bytes) {
+  if (!loading() && pending_.load() == 0) return {};
+  auto begin = reinterpret_cast<uintptr_t>(buffer), end = begin + bytes;
+  std::vector<Unsendable> unsendable;
+  std::lock_guard<std::mutex> lock(mutex_);
+  sweep_ended_locked();
+  for (auto& entry : records_) {
+    Record& record = entry.second;
+    auto data = reinterpret_cast<uintptr_t>(compat::data_ptr(*record.storage).get());
+    if (record.role != Role::kParameter || !record.skipped || data >= end || data + record.storage->nbytes() <= begin)
+      continue;
+    if (audit_.load()) sent_locked(record);  // every init ran
+    else unsendable.push_back({*record.site, "NCCL's C API sends it, and a replay cannot be ordered with NCCL's "
+                                             "stream there"});
+  }
+  end_loading_locked(true);
+  return unsendable;
+}
+
+void Tracker::sent_locked(Record& record) {
+  record.skipped = false;
+  record.placeholder = false;
+  record.calls.clear();
+  record.unreplayable = nullptr;
+  set_zeros_locked(record, false);
+  pending_.fetch_sub(1);
+  ++stats_[Counter::storages_replayed];
+}
+
+std::vector<Tracker::Unsendable> Tracker::replay_pending(const std::vector<c10::StorageImpl*>& storages) {
+  struct Replay {
+    c10::intrusive_ptr<c10::StorageImpl> storage;  // held while it is written
+    SkippedCalls calls;
+    bool released;  // its whole pages were handed back when it was skipped
+  };
+  std::vector<Replay> replays;
+  std::vector<Unsendable> unsendable;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sweep_ended_locked();
+    for (c10::StorageImpl* storage : storages) {
+      Record* record = find_locked(storage);
+      if (record == nullptr || record->role != Role::kParameter || !record->skipped) continue;
+      if (audit_.load()) sent_locked(*record);  // every init ran
+      else if (record->unreplayable != nullptr) unsendable.push_back({*record->site, record->unreplayable});
+      else
+        replays.push_back({c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage), record->calls,
+                           from_cpu_allocator(storage, original_deleter(record, storage))});
+    }
+  }
+  for (Replay& replay_of : replays) {
+    c10::StorageImpl* storage = replay_of.storage.get();
+    std::string why;
+    // A page of it in memory that its skip released: something fsdpskip
+    // does not see touched it since (cat(out=), index_put_, numpy), and a
+    // replay could write over what it wrote.
+    if (replay_of.released && any_page_resident(compat::data_ptr(*storage).get(), storage->nbytes())) {
+      why = "memory of it was touched since its init was skipped by something fsdpskip does not see (cat(out=), "
+            "index_put_, numpy), so a replay could lose a write";
+    } else {
+      try {
+        replay(storage, replay_of.calls);
+      } catch (const std::exception& error) {
+        why = std::string("its replay failed: ") + error.what();
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    Record* record = find_locked(storage);
+    if (record == nullptr || record->role != Role::kParameter || !record->skipped) continue;
+    if (why.empty()) sent_locked(*record);
+    else unsendable.push_back({*record->site, why});
+  }
+  return unsendable;
 }
 
 Tracker::TrainingStart Tracker::collective_started(size_t bytes) {

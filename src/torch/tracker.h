@@ -30,6 +30,7 @@
 #include "../common/plugin_abi.h"
 #include "../common/report_table.h"
 #include "compat.h"
+#include "replay.h"
 #include "skip_stack.h"
 
 namespace fsdpskip {
@@ -83,9 +84,12 @@ class Tracker {
   fsdpskip_verdict decide_copy(const at::Tensor& dst, const at::Tensor& src);
   fsdpskip_verdict decide_chain(const at::Tensor& self, const at::Tensor& out);
   // After a SKIP: counts the call, records the storage as pending (once)
-  // and makes it read as zeros; a skipped normal_ or uniform_ (its generator
-  // argument passed) advances its generator by the draws it would have made.
-  void skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator = nullptr);
+  // with the call, for its replay (`arguments` nullptr: one that cannot be
+  // replayed), and makes it read as zeros; a skipped normal_ or uniform_ (its
+  // generator argument passed) advances its generator by the draws it would
+  // have made.
+  void skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator = nullptr,
+               const fsdpskip_call_arguments* arguments = nullptr);
   // After a ZERO_LAZILY: zeroes self exactly, releasing whole pages.
   void zero_lazily(const at::Tensor& self);
   void audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds);
@@ -101,7 +105,23 @@ class Tracker {
   bool holds_zeros(const at::Tensor& tensor);
   void requires_grad_set(c10::TensorImpl* tensor);
   void data_set(const at::TensorBase& self);
+  // A broadcast reaching a rank that is not its root: the skipped storages
+  // of its tensors are resolved, and the loading phase ends.
   void broadcast_started(const std::vector<at::Tensor>& tensors);
+  // Tensors about to leave this rank (a broadcast at its root, a send, a
+  // scatter's inputs): their skipped storages are first given their values
+  // by replaying their skipped calls (in audit mode, where every init ran,
+  // only counted), and the loading phase ends. Returns the skipped storages
+  // that could not be replayed, with why: the caller stops the process
+  // before they are sent.
+  struct Unsendable {
+    SkipSite site;
+    std::string why;
+  };
+  std::vector<Unsendable> sending(const std::vector<at::Tensor>& tensors);
+  // NCCL's C API sending [buffer, buffer + bytes): a skipped storage in it
+  // cannot be replayed in order with NCCL's stream, so each is unsendable.
+  std::vector<Unsendable> sending_raw(const void* buffer, size_t bytes);
   // A receive into raw memory (NCCL's C API): skipped storages lying wholly
   // inside [buffer, buffer + bytes) are resolved.
   void received(const void* buffer, size_t bytes);
@@ -158,6 +178,10 @@ class Tracker {
     // not written since through any kernel fsdpskip sees.
     bool zeros = false;
     std::unique_ptr<SkipSite> site;
+    // What it skipped since it was last given values, in order, for its
+    // replay; or why its skipped values cannot be given back.
+    SkippedCalls calls;
+    const char* unreplayable = nullptr;
   };
 
   Record* find_locked(const c10::StorageImpl* storage);
@@ -172,7 +196,20 @@ class Tracker {
   // No new parameter is a placeholder from here on: rank 0's data started to
   // arrive (`by_rank0_data`), or training did.
   void end_loading_locked(bool by_rank0_data);
-  void skip_storage(fsdpskip_kernel kernel, const at::Tensor& self);
+  // `call` describes the skipped call (a copy_'s `copy_source` given); for
+  // normal_ and uniform_, `generator` is advanced by `draws` (and `call`
+  // learns where it stood).
+  void skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, SkippedCall call, const char* unreplayable,
+                    const at::Tensor* copy_source, const std::optional<at::Generator>& generator, uint64_t draws);
+  // A skipped copy's source: what its storage skipped so far and where the
+  // source lies in it; or why it cannot be replayed.
+  const char* describe_copy_source_locked(const at::Tensor& src, SkippedCall& call);
+  void mark_unreplayable_locked(Record& record, const char* why);
+  // A skipped storage given its values and about to be sent: no longer pending.
+  void sent_locked(Record& record);
+  // Gives the pending records among `storages` their values (their calls
+  // replayed) and marks them sent; the others are returned.
+  std::vector<Unsendable> replay_pending(const std::vector<c10::StorageImpl*>& storages);
   // Says once that `generator`, which self's normal_ or uniform_ draws from
   // after loading, is not where it would be without fsdpskip (if it is not
   // reseeded since).
@@ -221,6 +258,7 @@ class Tracker {
     uint64_t seed;
   };
   std::vector<Unreproduced> unreproduced_;
+  GeneratorHistory generators_;  // where skipped calls' generators stood
   std::atomic<size_t> unreproduced_count_{0};
   Stats stats_;
   std::atomic<size_t> tracked_{0};

@@ -108,7 +108,8 @@ def test_two_rank_job_through_run_then_report(tmp_path):
     # The same report as schema version 1 wrote it (before draws_unreproduced): still read.
     with open(str(reports / "rank1.json")) as f:
         report = json.load(f)
-    assert report["schema_version"] == 2 and report["draws_unreproduced"] == 0 and report["storages_tagged"] > 0
+    assert report["schema_version"] == 3 and report["draws_unreproduced"] == 0 and report["storages_tagged"] > 0
+    assert report["storages_replayed"] == 0  # rank 1 only receives
     report["schema_version"] = 1
     del report["draws_unreproduced"], report["storages_tagged"]
     with open(str(reports / "rank1.json"), "w") as f:
@@ -196,7 +197,7 @@ def test_a_rank_that_loaded_its_parameters_says_nothing_was_skipped_and_why(tmp_
 @pytest.mark.parametrize("name,content,needle", [
     ("truncated.json", '{"schema": "fsdpskip-report", "schema_ver', "not JSON, or truncated"),
     ("other.json", '{"schema": "something-else"}', "not a fsdpskip report"),
-    ("future.json", '{"schema": "fsdpskip-report", "schema_version": 3}', "schema version 3"),
+    ("future.json", '{"schema": "fsdpskip-report", "schema_version": 4}', "schema version 4"),
     ("r.json.partial.123", "{", "incomplete"),
     # Found by tools/fuzz: fields of another type made `fsdpskip report` throw and abort.
     ("schema-number.json", '{"schema": 5, "schema_version": "1"}', "not a fsdpskip report"),
@@ -259,7 +260,7 @@ def test_doctor_passes_this_torch_with_every_probe(tmp_path):
     # reached through libtorch_cuda's relocations too.
     nccl = {name: c["status"] for name, c in checks.items()
             if name.startswith("symbol ") and ("NCCL" in name or " nccl" in name)}
-    assert len(nccl) == 6, checks.keys()
+    assert len(nccl) == 7, checks.keys()
     if torch.cuda.is_available() or torch.version.cuda:
         assert set(nccl.values()) == {"ok"}, nccl
     else:
@@ -377,13 +378,13 @@ def test_doctor_names_an_nccl_linked_in_statically():
     torch without CUDA has no NCCL at all."""
     _, static = doctor_json("--libtorch", os.path.join(BUILD_DIR, "fixtures", "static_nccl"))
     rows = [c for c in static["checks"] if c["check"].startswith("symbol nccl")]
-    assert len(rows) == 5, static["checks"]
+    assert len(rows) == 6, static["checks"]
     for row in rows:
         assert row["status"] == "n/a" and "linked into it statically" in row["detail"], row
         assert "ProcessGroupNCCL row" in row["detail"]
     _, cpu_only = doctor_json("--libtorch", os.path.join(BUILD_DIR, "fixtures", "plt"))
     rows = [c for c in cpu_only["checks"] if c["check"].startswith("symbol nccl")]
-    assert len(rows) == 5 and all(r["status"] == "n/a" and "no libnccl.so" in r["detail"] for r in rows), rows
+    assert len(rows) == 6 and all(r["status"] == "n/a" and "no libnccl.so" in r["detail"] for r in rows), rows
 
 
 # --- install ---------------------------------------------------------------

@@ -250,7 +250,7 @@ def test_never_synced_model_is_reported_pending(tmp_path):
     assert any("no broadcast from rank 0 was seen" in l for l in rank_lines(done, 1))
     with open(str(tmp_path / "report-1.json")) as f:
         data = json.load(f)
-    assert data["schema_version"] == 2 and data["local_rank"] == 1
+    assert data["schema_version"] == 3 and data["local_rank"] == 1
     assert data["pending_count"] == len(data["pending"]) > 0
     assert any(p["shape"] == "512x64" and p["dtype"] == "Float" and p["device"] == "cpu" and p["bytes"] == 131072
                for p in data["pending"])

@@ -53,6 +53,7 @@ struct Expected {
   int kernel;
   std::vector<const void*> pointers;
   size_t bytes = 0;
+  std::vector<double> numbers = {};  // skipped()'s arguments' first and second, where given
 };
 
 class Calls {
@@ -100,6 +101,8 @@ class Calls {
       for (size_t j = 0; j < expected[i].pointers.size(); ++j)
         EXPECT_EQ(call.pointers[j], expected[i].pointers[j]) << expected[i].callback << " pointer " << j;
       EXPECT_EQ(call.bytes, expected[i].bytes) << expected[i].callback;
+      for (size_t j = 0; j < expected[i].numbers.size(); ++j)
+        EXPECT_EQ(call.numbers[j], expected[i].numbers[j]) << expected[i].callback << " number " << j;
     }
   }
 
@@ -128,9 +131,12 @@ std::string script_text(const Script& script) {
 // expected first, with `decision_argument` after self (normal_'s and
 // uniform_'s: the generator's impl, also passed to skipped()); `original(calls,
 // self_seen, runs)` checks the original's last record and how often it ran.
+// skipped() gets the call's arguments: `value` (fill_'s) and `numbers`
+// (normal_'s and uniform_'s two).
 void check_kernel(const Row& row, const char* decision, const void* decision_argument,
                   const std::function<at::Tensor&(at::Tensor&)>& call,
-                  const std::function<void(const Calls&, const void*, int)>& original, bool random = false) {
+                  const std::function<void(const Calls&, const void*, int)>& original, bool random = false,
+                  const void* value = nullptr, std::vector<double> numbers = {0, 0}) {
   std::vector<Script> all = {{FSDPSKIP_RUN}, {FSDPSKIP_SKIP}, {FSDPSKIP_ZERO_LAZILY}, {FSDPSKIP_AUDIT},
                              {FSDPSKIP_SKIP, "stand_in_like"}, {FSDPSKIP_SKIP, "skipped"},
                              {FSDPSKIP_ZERO_LAZILY, "zero_lazily"}};
@@ -143,8 +149,9 @@ void check_kernel(const Row& row, const char* decision, const void* decision_arg
     Expected decided{decision, decision == std::string("decide_init") ? row.kernel : -1, {&self, decision_argument}};
     if (decision_argument == nullptr && decision != std::string("decide_init")) decided.pointers.pop_back();
     bool skip = script.verdict == FSDPSKIP_SKIP;
-    Expected done = skip ? Expected{"skipped", row.kernel, {&self}} : Expected{"zero_lazily", -1, {&self}};
-    if (skip) done.pointers.push_back(random ? decision_argument : nullptr);
+    Expected done = skip ? Expected{"skipped", row.kernel, {&self, random ? decision_argument : nullptr, value}, 1,
+                                    numbers}
+                         : Expected{"zero_lazily", -1, {&self}};
     Expected stand_in{"stand_in_like", 0, {&self}};
     // normal_ and uniform_: the stand-in run gets a copy of the generator argument.
     std::vector<Expected> stand_ins{stand_in};
@@ -204,7 +211,7 @@ void check_random(const Row& row, bool normal) {
       [&](const Calls& calls, const void* self, int runs) {
         calls.original(name, self, {&generator_impl}, {a, b}, {}, false, runs);
       },
-      true);
+      true, nullptr, {a, b});
 }
 
 // A structured kernel's impl: a later step of an init chain (decide_chain),
@@ -223,7 +230,7 @@ void check_structured(const Row& row, const char* name, const std::function<void
     call(out);
     Expected decided = chain ? Expected{"decide_chain", -1, {&self, &out}}
                              : Expected{"decide_on_zeros", row.kernel, {&self, other, &out}};
-    Expected done = chain ? Expected{"skipped", FSDPSKIP_CHAIN, {&out, nullptr}}
+    Expected done = chain ? Expected{"skipped", FSDPSKIP_CHAIN, {&out, nullptr, nullptr}, 0}
                           : Expected{"zeros_produced", row.kernel, {&out}};
     if (script.verdict == FSDPSKIP_SKIP || script.verdict == FSDPSKIP_ZEROS) {
       // Done by the plugin instead of the kernel; where it failed, the kernel runs.
@@ -247,10 +254,25 @@ void check_broadcast(const char* name) {
   c10::intrusive_ptr<c10d::Work> work = group.broadcast(tensors, options);
   EXPECT_EQ(work.target, shape_original_work()) << "the result did not come back";
   calls.original(name, &group, {&tensors, &options});
-  calls.plugin({{"broadcast_started", -1, {&tensors}}});
+  calls.plugin({{"broadcast_started", -1, {&group, &tensors, &options}}});
 }
 
-// NCCL's receives: `count` float32 elements (datatype 7) from `root`.
+// broadcast_coalesced with the group by value or by const reference: the
+// plugin gets the group's address, the tensors and the root.
+template <typename Group>
+void check_coalesced(const char* name) {
+  c10d::ProcessGroup target{0};
+  c10::intrusive_ptr<c10d::ProcessGroup> group(&target);
+  at::Tensor tensors[3];
+  Calls calls(FSDPSKIP_RUN);
+  void (*coalesced)(Group, c10::ArrayRef<at::Tensor>, size_t, int) = &c10d::broadcast_coalesced;  // the overload
+  coalesced(group, c10::ArrayRef<at::Tensor>{tensors, 3}, 1 << 20, 1);
+  calls.original(name, &target, {tensors}, {}, {3, 1 << 20, 1});
+  calls.plugin({{"coalesced_broadcast_started", 1, {&target, tensors}, 3}});  // the group's target, as the plugin read it
+}
+
+// NCCL's receives and sends: `count` float32 elements (datatype 7); a
+// communicator is an int holding this rank's place in it (shape_originals.cc).
 constexpr size_t kCount = 3;
 constexpr int kFloat32 = 7;
 
@@ -276,7 +298,8 @@ const std::map<std::string, Check>& checks() {
              [&](at::Tensor& self) -> at::Tensor& { return at::native::fill_(self, value); },
              [&](const Calls& calls, const void* self, int runs) {
                calls.original("fill_(Scalar)", self, {&value}, {0.5}, {}, false, runs);
-             });
+             },
+             false, &value);
        }},
       {"fill_tensor",
        [](const Row& row) {
@@ -286,7 +309,8 @@ const std::map<std::string, Check>& checks() {
              [&](at::Tensor& self) -> at::Tensor& { return at::native::fill_(self, value); },
              [&](const Calls& calls, const void* self, int runs) {
                calls.original("fill_(Tensor)", self, {&value}, {}, {}, false, runs);
-             });
+             },
+             false, &value);
        }},
       {"copy",
        [](const Row&) {
@@ -303,7 +327,7 @@ const std::map<std::string, Check>& checks() {
                calls.original("copy_", calls.stand_in(0), {calls.stand_in(1)}, {}, {}, non_blocking);
                EXPECT_EQ(&result, &self);
                calls.plugin({decided, {"stand_in_like", 0, {&self}}, {"stand_in_like", 1, {&src}},
-                             {"skipped", FSDPSKIP_COPY, {&self, nullptr}}});
+                             {"skipped", FSDPSKIP_COPY, {&self, nullptr, &src}, 1}});
                continue;
              }
              if (script.verdict == FSDPSKIP_SKIP) {
@@ -313,7 +337,7 @@ const std::map<std::string, Check>& checks() {
                EXPECT_EQ(&result, shape_original_tensor_result());
                if (stand_in) calls.plugin({decided, {"stand_in_like", 0, {&self}}});
                else calls.plugin({decided, {"stand_in_like", 0, {&self}}, {"stand_in_like", 1, {&src}},
-                                  {"skipped", FSDPSKIP_COPY, {&self, nullptr}}});
+                                  {"skipped", FSDPSKIP_COPY, {&self, nullptr, &src}, 1}});
                continue;
              }
              calls.original("copy_", &self, {&src}, {}, {}, non_blocking);
@@ -343,6 +367,43 @@ const std::map<std::string, Check>& checks() {
          calls.plugin({{"data_set", -1, {&self}}});
        }},
       {"gloo_broadcast", [](const Row&) { check_broadcast<c10d::ProcessGroupGloo>("ProcessGroupGloo::broadcast"); }},
+      {"broadcast_coalesced_by_value",
+       [](const Row&) { check_coalesced<c10::intrusive_ptr<c10d::ProcessGroup>>("broadcast_coalesced(by value)"); }},
+      {"broadcast_coalesced_by_reference",
+       [](const Row&) {
+         check_coalesced<const c10::intrusive_ptr<c10d::ProcessGroup>&>("broadcast_coalesced(by reference)");
+       }},
+      {"gloo_send",
+       [](const Row&) {
+         c10d::ProcessGroupGloo group;
+         std::vector<at::Tensor> tensors(2);
+         Calls calls(FSDPSKIP_RUN);
+         c10::intrusive_ptr<c10d::Work> work = group.send(tensors, 3, 7);
+         EXPECT_EQ(work.target, shape_original_work()) << "the result did not come back";
+         calls.original("ProcessGroupGloo::send", &group, {&tensors}, {}, {3, 7});
+         calls.plugin({{"sending", 0, {&group, &tensors}}});
+       }},
+      {"gloo_scatter",
+       [](const Row&) {
+         c10d::ProcessGroupGloo group;
+         std::vector<at::Tensor> outputs(1);
+         std::vector<std::vector<at::Tensor>> inputs(1);
+         c10d::ScatterOptions options{1};
+         Calls calls(FSDPSKIP_RUN);
+         c10::intrusive_ptr<c10d::Work> work = group.scatter(outputs, inputs, options);
+         EXPECT_EQ(work.target, shape_original_work()) << "the result did not come back";
+         calls.original("ProcessGroupGloo::scatter", &group, {&outputs, &inputs, &options});
+         calls.plugin({{"sending", 1, {&group, &inputs}}});
+       }},
+      {"nccl_send",
+       [](const Row&) {
+         float buffer[kCount];
+         int comm = 0, stream;
+         Calls calls(FSDPSKIP_RUN);
+         EXPECT_EQ(ncclSend(buffer, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
+         calls.original("ncclSend", buffer, {&comm, &stream}, {}, {kCount, kFloat32, 1});
+         calls.plugin({{"sent_raw", -1, {buffer}, sizeof buffer}});
+       }},
       {"nccl_broadcast", [](const Row&) { check_broadcast<c10d::ProcessGroupNCCL>("ProcessGroupNCCL::broadcast"); }},
       {"erfinv",
        [](const Row& row) {
@@ -462,26 +523,30 @@ const std::map<std::string, Check>& checks() {
        }},
       {"nccl_bcast",
        [](const Row&) {
-         float buffer[kCount];
-         int comm, stream;
-         Calls calls(FSDPSKIP_RUN);
-         EXPECT_EQ(ncclBcast(buffer, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
-         calls.original("ncclBcast", buffer, {&comm, &stream}, {}, {kCount, kFloat32, 1});
-         calls.plugin({{"received", -1, {buffer}, sizeof buffer}});
+         for (int rank : {0, 1}) {  // the root is 1: a receive, then a send
+           float buffer[kCount];
+           int comm = rank, stream;
+           Calls calls(FSDPSKIP_RUN);
+           EXPECT_EQ(ncclBcast(buffer, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
+           calls.original("ncclBcast", buffer, {&comm, &stream}, {}, {kCount, kFloat32, 1});
+           calls.plugin({{rank == 1 ? "sent_raw" : "received", -1, {buffer}, sizeof buffer}});
+         }
        }},
       {"nccl_broadcast_c",
        [](const Row&) {
-         float send[kCount], receive[kCount];
-         int comm, stream;
-         Calls calls(FSDPSKIP_RUN);
-         EXPECT_EQ(ncclBroadcast(send, receive, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
-         calls.original("ncclBroadcast", send, {receive, &comm, &stream}, {}, {kCount, kFloat32, 1});
-         calls.plugin({{"received", -1, {receive}, sizeof receive}});
+         for (int rank : {0, 1}) {
+           float send[kCount], receive[kCount];
+           int comm = rank, stream;
+           Calls calls(FSDPSKIP_RUN);
+           EXPECT_EQ(ncclBroadcast(send, receive, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
+           calls.original("ncclBroadcast", send, {receive, &comm, &stream}, {}, {kCount, kFloat32, 1});
+           calls.plugin({{rank == 1 ? "sent_raw" : "received", -1, {rank == 1 ? send : receive}, sizeof receive}});
+         }
        }},
       {"nccl_recv",
        [](const Row&) {
          float buffer[kCount];
-         int comm, stream;
+         int comm = 0, stream;
          Calls calls(FSDPSKIP_RUN);
          EXPECT_EQ(ncclRecv(buffer, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
          calls.original("ncclRecv", buffer, {&comm, &stream}, {}, {kCount, kFloat32, 1});

@@ -7,6 +7,7 @@ Run it under torchrun (gloo, CPU). Used by the demo, the tests and the
 benchmarks, so they all measure the same thing.
 """
 import argparse
+import datetime
 import json
 import math
 import os
@@ -25,8 +26,9 @@ SIZES = {  # name: (hidden, intermediate, layers, vocab)
     "0.5b": (1536, 4096, 14, 32000),
     "1b": (2048, 5504, 16, 32000),
 }
-STYLES = ("hf4", "torch", "trunc", "hf5", "meta")
+STYLES = ("hf4", "torch", "trunc", "hf5", "meta", "megatron")
 HELD = []  # --hold: models that live until interpreter shutdown
+TENSOR_PARALLEL = {"size": 1, "rank": 0}  # --groups: this rank's place in its tensor-parallel group
 
 
 def reset_peak_rss():
@@ -89,9 +91,20 @@ class Model(nn.Module):
 
 
 def init_weights(model, style, std=0.02):
-    """transformers-4 `_init_weights` on `.data`, or ViT-style trunc_normal_."""
+    """transformers-4 `_init_weights` on `.data`, ViT-style trunc_normal_, or
+    Megatron's CPU init: a full master weight of every tensor-parallel rank's
+    slices initialised on each rank, then this rank's slice copied in."""
     for name, param in model.named_parameters():
-        if style == "hf4":
+        if style == "megatron" and param.dim() > 1:
+            master = torch.empty(param.shape[0] * TENSOR_PARALLEL["size"], param.shape[1])
+            nn.init.normal_(master, std=std)
+            slices = torch.split(master, param.shape[0], dim=0)
+            with torch.no_grad():
+                torch.cat(slices[TENSOR_PARALLEL["rank"]:TENSOR_PARALLEL["rank"] + 1], dim=0, out=param)
+        elif style == "megatron":
+            with torch.no_grad():
+                param.fill_(1.0) if name.endswith("norm") else param.zero_()
+        elif style == "hf4":
             if name.endswith("norm"):
                 param.data.fill_(1.0)
             elif name.endswith("bias"):
@@ -132,12 +145,30 @@ def model_bytes(model):
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def sync(model, how, mesh=None):
-    if how == "ddp":  # the _broadcast_coalesced path FSDP1's sync_module_states takes
-        nn.parallel.DistributedDataParallel(model)
-    elif how == "broadcast":
+def data_parallel_group(tensor_parallel):
+    """This rank's data-parallel group when `tensor_parallel`-way tensor
+    parallelism runs inside each group of consecutive ranks, as Megatron and
+    DeepSpeed make them: {k, k+T, k+2T, ...}, whose source is its first rank
+    (global rank k: any local rank). Every rank makes every group, in the
+    same order. None and 0 for one group of every rank."""
+    if tensor_parallel <= 1:
+        return None, 0
+    world = dist.get_world_size()
+    mine = None
+    for first in range(tensor_parallel):
+        ranks = list(range(first, world, tensor_parallel))
+        group = dist.new_group(ranks)
+        if dist.get_rank() in ranks:
+            mine = group, first
+    return mine
+
+
+def sync(model, how, mesh=None, group=None, source=0):
+    if how == "ddp":  # the _broadcast_coalesced path FSDP1's sync_module_states takes, from the group's first rank
+        nn.parallel.DistributedDataParallel(model, process_group=group)
+    elif how == "broadcast":  # DeepSpeed's _broadcast_model: one broadcast per parameter
         for param in model.parameters():
-            dist.broadcast(param.data, src=0)
+            dist.broadcast(param.data, src=source, group=group)
     elif how == "fsdp2":
         fsdp2_sync(model, mesh)
     return model
@@ -220,6 +251,14 @@ def main():
                              "as a reference or reward model that no sync covers; its digests are compared across "
                              "ranks after --train")
     parser.add_argument("--dropout", type=float, default=0.0, help="--train's loss applies dropout with this p")
+    parser.add_argument("--groups", type=int, default=0, metavar="T",
+                        help="sync within the data-parallel groups of T-way tensor parallelism ({k, k+T, ...}, each "
+                             "from its first rank, as Megatron's and DeepSpeed's are)")
+    parser.add_argument("--source", type=int, default=0,
+                        help="the rank --sync broadcast sends from (without --groups)")
+    parser.add_argument("--seed-per-rank", action="store_true",
+                        help="each rank seeds with its own rank, so that each source's values are its own")
+    parser.add_argument("--timeout", type=float, default=1800, help="the process group's timeout, in seconds")
     parser.add_argument("--train", type=int, default=0, metavar="STEPS",
                         help="SGD steps after the sync: DDP's gradient all-reduce (with --sync none, all-reduces "
                              "of the gradients by hand)")
@@ -230,10 +269,15 @@ def main():
     # torchrun's RANK and WORLD_SIZE (as training scripts do, take those).
     if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
         os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"])
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank = dist.get_rank()
-    torch.manual_seed(1234)
+    torch.manual_seed(1234 + (rank if args.seed_per_rank else 0))
     mesh = fsdp2_mesh() if args.sync == "fsdp2" else None
+    group, source = data_parallel_group(args.groups)
+    if args.groups > 1:
+        TENSOR_PARALLEL.update(size=args.groups, rank=rank % args.groups)
+    else:
+        source = args.source
 
     dist.barrier()
     reset_peak_rss()
@@ -252,7 +296,7 @@ def main():
 
     if args.barrier_before_sync:
         dist.all_reduce(torch.zeros(1))
-    model = sync(model, args.sync, mesh)
+    model = sync(model, args.sync, mesh, group, source)
     result = {
         "rank": rank,
         "local_rank": int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank))),

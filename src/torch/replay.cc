@@ -1,0 +1,160 @@
+#include "replay.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "random_draws.h"
+
+namespace fsdpskip {
+namespace {
+
+thread_local bool t_own_kernels = false;
+
+bool same_state(const at::mt19937_data_pod& a, const at::mt19937_data_pod& b) {
+  return a.seed_ == b.seed_ && a.left_ == b.left_ && a.next_ == b.next_ && a.seeded_ == b.seeded_ &&
+         memcmp(a.state_.data(), b.state_.data(), sizeof a.state_) == 0;
+}
+
+// A tensor viewing `storage` as `geometry` says.
+at::Tensor view_of(c10::StorageImpl* storage, const Geometry& geometry) {
+  at::Tensor view = at::empty({0}, at::TensorOptions().dtype(geometry.dtype).device(storage->device()));
+  view.set_(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage)), geometry.offset,
+            geometry.sizes, geometry.strides);
+  return view;
+}
+
+// A fresh CPU generator standing where `call` drew from; the snapshot's
+// cursor moves past the call once its kernel ran (`after`).
+at::Generator generator_before(const SkippedCall& call) {
+  GeneratorSnapshot& snapshot = *call.snapshot;
+  at::mt19937_data_pod state;
+  {
+    std::lock_guard<std::mutex> lock(snapshot.mutex);
+    bool from_cursor = snapshot.cursor_draws <= call.offset;
+    state = from_cursor ? snapshot.cursor : snapshot.start;
+    discard_draws(state, call.offset - (from_cursor ? snapshot.cursor_draws : 0));
+  }
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>();
+  at::mt19937 engine;
+  engine.set_data(state);
+  at::check_generator<at::CPUGeneratorImpl>(generator)->set_engine(engine);
+  return generator;
+}
+
+void moved_past(const SkippedCall& call, const at::Generator& generator, uint64_t drawn) {
+  at::mt19937_data_pod state = at::check_generator<at::CPUGeneratorImpl>(generator)->engine().data();
+  std::lock_guard<std::mutex> lock(call.snapshot->mutex);
+  call.snapshot->cursor = state;
+  call.snapshot->cursor_draws = call.offset + drawn;
+}
+
+}  // namespace
+
+bool running_own_kernels() { return t_own_kernels; }
+OwnKernels::OwnKernels() : previous(t_own_kernels) { t_own_kernels = true; }
+OwnKernels::~OwnKernels() { t_own_kernels = previous; }
+
+Geometry geometry_of(const at::Tensor& tensor) {
+  Geometry geometry;
+  geometry.dtype = tensor.scalar_type();
+  geometry.sizes.assign(tensor.sizes().begin(), tensor.sizes().end());
+  geometry.strides.assign(tensor.strides().begin(), tensor.strides().end());
+  geometry.offset = tensor.storage_offset();
+  return geometry;
+}
+
+SkippedCall describe_call(fsdpskip_kernel kernel, const at::Tensor& self, const fsdpskip_call_arguments* arguments,
+                          const char** why) {
+  SkippedCall call;
+  call.kernel = kernel;
+  call.written = geometry_of(self);
+  *why = nullptr;
+  if (arguments == nullptr) {
+    *why = "trunc_normal_'s later steps (erfinv_, mul_, add_, clamp_) are not replayed";
+    return call;
+  }
+  call.first = arguments->first;
+  call.second = arguments->second;
+  if (kernel == FSDPSKIP_FILL && arguments->scalar) {
+    call.value = *static_cast<const c10::Scalar*>(arguments->value);
+  } else if (kernel == FSDPSKIP_FILL) {
+    // fill_(Tensor): a one-element value on the CPU is read once, as the kernel would.
+    const at::Tensor& value = *static_cast<const at::Tensor*>(arguments->value);
+    if (value.defined() && value.device().is_cpu() && value.numel() == 1) call.value = value.item();
+    else *why = "a fill_ whose value is a tensor on a device is not replayed";
+  }
+  return call;
+}
+
+void GeneratorHistory::reserve() {
+  if (!spare_) spare_ = std::make_shared<GeneratorSnapshot>();
+  if (entries_.size() == entries_.capacity()) entries_.reserve(entries_.size() + 4);
+}
+
+void GeneratorHistory::advance(const at::Generator& generator, uint64_t draws, SkippedCall& call) {
+  auto* cpu = at::check_generator<at::CPUGeneratorImpl>(generator);
+  std::lock_guard<std::mutex> lock(cpu->mutex_);
+  at::mt19937 engine = cpu->engine();
+  at::mt19937_data_pod state = engine.data();
+  entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.generator.expired(); }),
+                 entries_.end());  // their generators ended
+  Entry* entry = nullptr;
+  for (Entry& known : entries_)
+    if (known.generator.lock().get() == cpu) entry = &known;
+  if (entry == nullptr || !same_state(entry->expected, state)) {
+    // Something else drew from it (or reseeded it) since: a new run of calls.
+    // reserve() made the snapshot and the entry's room.
+    std::shared_ptr<GeneratorSnapshot> snapshot = std::move(spare_);
+    snapshot->start = snapshot->cursor = state;
+    if (entry == nullptr)
+      entry = &entries_.emplace_back(
+          Entry{c10::weak_intrusive_ptr<c10::GeneratorImpl>(generator.getIntrusivePtr()), nullptr, 0, {}});
+    entry->snapshot = std::move(snapshot);
+    entry->offset = 0;
+  }
+  call.snapshot = entry->snapshot;
+  call.offset = entry->offset;
+  discard_draws(state, draws);
+  engine.set_data(state);
+  cpu->set_engine(engine);
+  entry->expected = state;
+  entry->offset += draws;
+}
+
+void replay(c10::StorageImpl* storage, const SkippedCalls& calls) {
+  OwnKernels own;
+  for (const SkippedCall& call : calls) {
+    at::Tensor written = view_of(storage, call.written);
+    switch (call.kernel) {
+      case FSDPSKIP_NORMAL:
+      case FSDPSKIP_UNIFORM: {
+        at::Generator generator = generator_before(call);
+        uint64_t drawn = random_draws(call.kernel, written).value();  // it was counted when skipped
+        if (call.kernel == FSDPSKIP_NORMAL) written.normal_(call.first, call.second, generator);
+        else written.uniform_(call.first, call.second, generator);
+        moved_past(call, generator, drawn);
+        break;
+      }
+      case FSDPSKIP_ZERO: written.zero_(); break;
+      case FSDPSKIP_FILL: written.fill_(call.value); break;
+      case FSDPSKIP_COPY: {
+        // The source as it was then, rebuilt in scratch memory of its size.
+        at::Tensor scratch = at::empty({static_cast<int64_t>(call.source_bytes)},
+                                       at::TensorOptions().dtype(at::kByte).device(storage->device()));
+        c10::StorageImpl* source = scratch.storage().unsafeGetStorageImpl();
+        replay(source, *call.source);
+        written.copy_(view_of(source, call.source_geometry));
+        break;
+      }
+      default:
+        throw std::logic_error("a skipped call of this kernel is never recorded as replayable");
+    }
+  }
+}
+
+size_t skipped_call_bytes() { return sizeof(SkippedCall); }
+
+}  // namespace fsdpskip

@@ -1,0 +1,116 @@
+// What a skipped storage skipped, and the replay that writes it after all.
+//
+// A skipped init is deferred, not dropped: when a skipped storage is about
+// to leave its rank (this rank is the source of a sync, which the
+// collective's root says, never a convention), it is first given the values
+// it would have had without fsdpskip, bitwise, by running its skipped calls
+// again in their order: the kernel, its scalar arguments, the tensor it
+// wrote (dtype and place in the storage) and, for normal_ and uniform_,
+// where their generator stood. The sources then pay the init they would
+// have paid anyway; every receiving rank keeps its saving.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/MT19937RNGEngine.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Scalar.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/util/SmallVector.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "../common/plugin_abi.h"
+
+namespace fsdpskip {
+
+// Set while this thread runs fsdpskip's own kernels (its zeros, a replay):
+// the interposers run them, never skip them.
+bool running_own_kernels();
+struct OwnKernels {
+  bool previous;
+  OwnKernels();
+  ~OwnKernels();
+};
+
+// A CPU generator's state when a run of skipped calls began drawing from it.
+// Every skipped call that drew from that generator since, while nothing
+// else moved it, stands at `start` advanced by its offset. The cursor is
+// the state after the last call replayed from it: calls replayed in their
+// order cost what drawing them would have.
+struct GeneratorSnapshot {
+  at::mt19937_data_pod start;
+  std::mutex mutex;
+  uint64_t cursor_draws = 0;
+  at::mt19937_data_pod cursor;
+};
+
+// Where a tensor lies in its storage.
+struct Geometry {
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  c10::SmallVector<int64_t, 4> sizes, strides;
+  int64_t offset = 0;
+};
+
+struct SkippedCall;
+using SkippedCalls = std::vector<SkippedCall>;
+
+struct SkippedCall {
+  fsdpskip_kernel kernel = FSDPSKIP_NORMAL;
+  Geometry written;
+  double first = 0, second = 0;  // normal_'s mean and std, uniform_'s from and to
+  c10::Scalar value;             // fill_'s
+  std::shared_ptr<GeneratorSnapshot> snapshot;  // normal_, uniform_: where they drew from,
+  uint64_t offset = 0;                          // this many outputs past its start
+  // copy_ from a skipped storage: what that storage had skipped by then, its
+  // size, and where the source tensor lay in it.
+  std::shared_ptr<const SkippedCalls> source;
+  size_t source_bytes = 0;
+  Geometry source_geometry;
+};
+
+Geometry geometry_of(const at::Tensor& tensor);
+
+// A skipped call on `self` with the interposer's `arguments`, without its
+// generator's position or a copy's source (the tracker's to fill in); or,
+// with `*why` set, one that cannot be replayed. Throws only what an
+// allocation throws.
+SkippedCall describe_call(fsdpskip_kernel kernel, const at::Tensor& self, const fsdpskip_call_arguments* arguments,
+                          const char** why);
+
+// The positions of the generators skipped calls drew from. Not thread-safe:
+// its owner calls it under its own lock.
+class GeneratorHistory {
+ public:
+  // Before advance(): makes sure a fresh snapshot is at hand, so that
+  // advance() allocates nothing. Throws what an allocation throws.
+  void reserve();
+  // Advances `generator` (a CPU generator, under its lock) by `draws`
+  // outputs, as a skipped call's kernel would have, and fills in where the
+  // call stood before: the generator's current snapshot when nothing else
+  // moved it since the last skipped call, else a new one.
+  void advance(const at::Generator& generator, uint64_t draws, SkippedCall& call);
+
+ private:
+  struct Entry {
+    c10::weak_intrusive_ptr<c10::GeneratorImpl> generator;
+    std::shared_ptr<GeneratorSnapshot> snapshot;
+    uint64_t offset;               // outputs drawn past the snapshot's start
+    at::mt19937_data_pod expected;  // the state after the last skipped call
+  };
+  std::vector<Entry> entries_;
+  std::shared_ptr<GeneratorSnapshot> spare_;
+};
+
+// Writes into `storage` what `calls` would have written there, in their
+// order, with torch's own kernels. Throws what torch throws.
+void replay(c10::StorageImpl* storage, const SkippedCalls& calls);
+
+// The bookkeeping's bytes for one skipped call (the docs' figure for a
+// model of many parameters).
+size_t skipped_call_bytes();
+
+}  // namespace fsdpskip

@@ -1,0 +1,122 @@
+"""Jobs whose sync sources are not local rank 0: the data-parallel groups of
+tensor parallelism ({0, 2} and {1, 3}: global rank 1, local rank 1, is a
+source), a broadcast from rank 1, Megatron's master-weight init. Each rank
+seeds with its own rank, so that each source's values are its own. Every
+rank ends bitwise as in the run without fsdpskip: a receiving rank skips
+and receives, a source replays what it skipped before it sends; where a
+skipped value cannot be given back, the source stops before the collective
+with exit status 3. A skipped value never leaves its rank."""
+import re
+
+import pytest
+
+from harness import LOAD_MODEL, environment, rank_lines, said_by_fsdpskip, summary_lines, torchrun
+import launch  # tools/workloads, put on the path by harness
+from test_distributed import TRUNC_NORMAL_IS_A_CHAIN
+
+
+def job(tmp_path, *args, nproc, preload=True, **variables):
+    out = tmp_path / ("out-%d" % len(list(tmp_path.iterdir())))
+    out.mkdir()
+    done, ranks = torchrun([LOAD_MODEL, "--out", str(out)] + list(args), str(out), nproc=nproc, preload=preload,
+                           **variables)
+    assert len(ranks) == nproc, done.stdout[-2000:] + done.stderr[-2000:]
+    return done, {result["rank"]: result for result in ranks}
+
+
+def summary(done, rank):
+    lines = summary_lines("\n".join(rank_lines(done, rank)), rank)
+    assert len(lines) == 1, "\n".join(rank_lines(done, rank))[-3000:]
+    return lines[0]
+
+
+def count(line, what):
+    found = re.search(what + r" (\d+)", line)
+    return int(found.group(1)) if found else 0
+
+
+def assert_as_without_fsdpskip(plain, ranks):
+    for rank, result in plain.items():
+        assert ranks[rank]["digests"] == result["digests"], "rank %d's parameters differ from the run without" % rank
+        assert ranks[rank]["rng_after_sync"] == result["rng_after_sync"], "rank %d's generator" % rank
+
+
+def assert_source_replayed(done, rank):
+    line = summary(done, rank)
+    assert count(line, "replayed") > 0 and count(line, "pending") == 0 and count(line, "overwrite") == 0, line
+    assert count(line, "replayed") == count(line, "on"), line  # every skipped storage was sent
+
+
+def assert_receiver_skipped(done, rank):
+    line = summary(done, rank)
+    assert count(line, "overwrite") > 0 and count(line, "pending") == 0 and count(line, "replayed") == 0, line
+
+
+@pytest.mark.parametrize("sync", ["broadcast", "ddp"])
+def test_tensor_parallel_data_parallel_groups_end_as_without_fsdpskip(tmp_path, sync):
+    """Four ranks, the data-parallel groups of 2-way tensor parallelism:
+    {0, 2} synced from rank 0, {1, 3} from rank 1. One broadcast per
+    parameter (DeepSpeed's _broadcast_model) or DDP(process_group=...) (a
+    coalesced broadcast of flattened buckets). Ranks 2 and 3 skip and
+    receive; rank 1 replays what it skipped before it sends."""
+    args = ("--size", "tiny", "--style", "hf4", "--groups", "2", "--sync", sync, "--seed-per-rank", "--verify")
+    _, plain = job(tmp_path, *args, nproc=4, preload=False)
+    assert plain[2]["digests"] == plain[0]["digests"] and plain[3]["digests"] == plain[1]["digests"]
+    assert plain[1]["digests"] != plain[0]["digests"]
+    done, ranks = job(tmp_path, *args, nproc=4, FSDPSKIP="on")
+    assert_as_without_fsdpskip(plain, ranks)
+    assert_source_replayed(done, 1)
+    assert_receiver_skipped(done, 2)
+    assert_receiver_skipped(done, 3)
+
+
+def test_a_broadcast_from_rank1_ends_as_without_fsdpskip(tmp_path):
+    """Two ranks, dist.broadcast(p, src=1) per parameter: rank 1, local rank
+    1, is the source. It replays its skipped inits (normal_, zero_, fill_)
+    before each parameter leaves, so rank 0 receives rank 1's own values."""
+    args = ("--size", "tiny", "--style", "torch", "--sync", "broadcast", "--source", "1", "--seed-per-rank",
+            "--verify")
+    _, plain = job(tmp_path, *args, nproc=2, preload=False)
+    done, ranks = job(tmp_path, *args, nproc=2, FSDPSKIP="on")
+    assert_as_without_fsdpskip(plain, ranks)
+    assert_source_replayed(done, 1)
+    assert said_by_fsdpskip(rank_lines(done, 0)) == [], "rank 0 prints nothing"
+
+
+def test_megatrons_master_weight_then_slice_ends_as_without_fsdpskip(tmp_path):
+    """Megatron's CPU init: every rank initialises a full master weight (not
+    a parameter: it runs) and copies its tensor-parallel slice into its
+    parameter with cat(out=); then the data-parallel groups sync."""
+    args = ("--size", "tiny", "--style", "megatron", "--groups", "2", "--sync", "broadcast", "--seed-per-rank",
+            "--verify")
+    _, plain = job(tmp_path, *args, nproc=4, preload=False)
+    done, ranks = job(tmp_path, *args, nproc=4, FSDPSKIP="on")
+    assert_as_without_fsdpskip(plain, ranks)
+    for rank in (2, 3):
+        assert count(summary(done, rank), "pending") == 0
+
+
+def test_a_source_that_cannot_replay_stops_before_it_sends(tmp_path):
+    """trunc_normal_ on a source: its later steps (erfinv_, mul_, add_,
+    clamp_, up to torch 2.11) or its rejection sampling (from 2.12) cannot be
+    replayed. Rank 1 stops before the first broadcast it roots: one error
+    line naming the collective, its root and group, and what to do, a line
+    per storage with where it was skipped, its summary, exit status 3; it
+    sends nothing, so rank 0 never holds a skipped value."""
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [LOAD_MODEL, "--out", str(out), "--size", "tiny", "--style", "trunc", "--sync", "broadcast", "--source",
+            "1", "--seed-per-rank", "--timeout", "60"]
+    done = launch.run(args, environment(True, FSDPSKIP="on"), nproc=2, timeout=600)
+    assert done.returncode != 0
+    lines = said_by_fsdpskip(rank_lines(done, 1))
+    assert lines, done.stderr[-3000:]
+    first = lines[0]
+    assert "error:" in first and "broadcast (root 1 of a group of 2, this rank 1)" in first, lines
+    assert "FSDPSKIP=off" in first and "exit status 3" in first, lines
+    named = [line for line in lines if "unsendable storage" in line]
+    why = "trunc_normal_'s later steps" if TRUNC_NORMAL_IS_A_CHAIN else "rejection sampling"
+    assert named and all(why in line for line in named), lines
+    assert any("load_model.py" in line for line in named), named  # where it was skipped
+    assert len(summary_lines("\n".join(rank_lines(done, 1)), 1)) == 1, lines
+    assert not (out / "rank1.json").exists() and not (out / "rank0.json").exists()
