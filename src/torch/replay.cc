@@ -142,11 +142,11 @@ void replay(c10::StorageImpl* storage, const SkippedCalls& calls) {
       case FSDPSKIP_FILL: written.fill_(call.value); break;
       case FSDPSKIP_COPY: {
         // The source as it was then, rebuilt in scratch memory of its size.
-        at::Tensor scratch = at::empty({static_cast<int64_t>(call.source_bytes)},
+        at::Tensor scratch = at::empty({static_cast<int64_t>(call.source->bytes)},
                                        at::TensorOptions().dtype(at::kByte).device(storage->device()));
         c10::StorageImpl* source = scratch.storage().unsafeGetStorageImpl();
-        replay(source, *call.source);
-        written.copy_(view_of(source, call.source_geometry));
+        replay(source, call.source->calls);
+        written.copy_(view_of(source, call.source->geometry));
         break;
       }
       default:
@@ -155,6 +155,5 @@ void replay(c10::StorageImpl* storage, const SkippedCalls& calls) {
   }
 }
 
-size_t skipped_call_bytes() { return sizeof(SkippedCall); }
 
 }  // namespace fsdpskip

@@ -58,6 +58,14 @@ struct Geometry {
 struct SkippedCall;
 using SkippedCalls = std::vector<SkippedCall>;
 
+// A skipped copy_'s source: what its skipped storage had skipped by then,
+// the storage's size, and where the source tensor lay in it.
+struct CopySource {
+  SkippedCalls calls;
+  size_t bytes = 0;
+  Geometry geometry;
+};
+
 struct SkippedCall {
   fsdpskip_kernel kernel = FSDPSKIP_NORMAL;
   Geometry written;
@@ -65,11 +73,7 @@ struct SkippedCall {
   c10::Scalar value;             // fill_'s
   std::shared_ptr<GeneratorSnapshot> snapshot;  // normal_, uniform_: where they drew from,
   uint64_t offset = 0;                          // this many outputs past its start
-  // copy_ from a skipped storage: what that storage had skipped by then, its
-  // size, and where the source tensor lay in it.
-  std::shared_ptr<const SkippedCalls> source;
-  size_t source_bytes = 0;
-  Geometry source_geometry;
+  std::shared_ptr<const CopySource> source;     // copy_ from a skipped storage
 };
 
 Geometry geometry_of(const at::Tensor& tensor);
@@ -109,8 +113,8 @@ class GeneratorHistory {
 // order, with torch's own kernels. Throws what torch throws.
 void replay(c10::StorageImpl* storage, const SkippedCalls& calls);
 
-// The bookkeeping's bytes for one skipped call (the docs' figure for a
-// model of many parameters).
-size_t skipped_call_bytes();
+// The bookkeeping's bytes for one skipped call, its tensor of up to four
+// dimensions inline (docs/limits.md's figure for a model of many parameters).
+constexpr size_t kSkippedCallBytes = sizeof(SkippedCall);
 
 }  // namespace fsdpskip

@@ -522,9 +522,7 @@ const char* Tracker::describe_copy_source_locked(const at::Tensor& src, SkippedC
   if (record == nullptr || record->role != Role::kParameter || !record->skipped)
     return "a copy_ whose source was no longer a skipped storage is not replayed";
   if (record->unreplayable != nullptr) return record->unreplayable;
-  call.source = std::make_shared<const SkippedCalls>(record->calls);
-  call.source_bytes = source->nbytes();
-  call.source_geometry = geometry_of(src);
+  call.source = std::make_shared<const CopySource>(CopySource{record->calls, source->nbytes(), geometry_of(src)});
   return nullptr;
 }
 

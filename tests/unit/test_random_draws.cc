@@ -140,5 +140,69 @@ TEST(RandomDraws, ASkippedInitAdvancesItsGenerator) {
   }
 }
 
+// A source's replay (Tracker::sending): each skipped storage gets, bitwise,
+// what its calls would have written, in their order: normal_ and uniform_
+// from where their generator stood (with a draw fsdpskip did not skip in
+// between, which starts a new snapshot), a zero_ of a row through a view,
+// a fill_, and a conversion of a skipped storage (copy_). Replayed out of
+// order (the later storage first) too. Then nothing is pending.
+TEST(RandomDraws, ASourceReplaysItsSkippedCallsBitwise) {
+  Tracker& tracker = Tracker::instance();
+  tracker.start(nullptr);
+  tracker.set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
+  for (bool in_order : {true, false}) {
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(20261202);
+    at::Generator reference = at::make_generator<at::CPUGeneratorImpl>();
+    reference.set_state(generator.get_state());
+    compat::GeneratorArgument argument(generator);
+    auto skip = [&](fsdpskip_kernel kernel, const at::Tensor& t, fsdpskip_call_arguments arguments) {
+      tracker.tag(compat::storage_of(t.unsafeGetTensorImpl()));  // a view's storage is tagged already
+      bool random = kernel == FSDPSKIP_NORMAL || kernel == FSDPSKIP_UNIFORM;
+      ASSERT_EQ(tracker.decide_init(kernel, t, random ? &argument : nullptr), FSDPSKIP_SKIP);
+      tracker.skipped(kernel, t, random ? &argument : nullptr, &arguments);
+    };
+    // What the calls write without fsdpskip, on the reference generator.
+    at::Tensor first = torch::empty({300, 17}), next = torch::empty({40, 3}), second = torch::empty({1000});
+    at::Tensor third = torch::empty({64});
+    at::Tensor expected_first = torch::empty({300, 17}), expected_next = torch::empty({40, 3});
+    at::Tensor expected_second = torch::empty({1000});
+    expected_first.normal_(0.5, 2.0, reference);
+    expected_first[3].zero_();
+    expected_next.normal_(0.0, 0.02, reference);  // the same run of draws as first's: its offset is past first's
+    torch::empty({5}).normal_(0.0, 1.0, reference);  // Box-Muller, not skipped: it runs between
+    expected_second.uniform_(-1.0, 1.0, reference);
+    at::Tensor expected_third = torch::full({64}, 0.25);
+
+    skip(FSDPSKIP_NORMAL, first, {0.5, 2.0, nullptr, false});
+    at::Tensor row = first[3];
+    skip(FSDPSKIP_ZERO, row, {0, 0, nullptr, false});
+    skip(FSDPSKIP_NORMAL, next, {0.0, 0.02, nullptr, false});
+    torch::empty({5}).normal_(0.0, 1.0, generator);
+    skip(FSDPSKIP_UNIFORM, second, {-1.0, 1.0, nullptr, false});
+    c10::Scalar quarter(0.25);
+    skip(FSDPSKIP_FILL, third, {0, 0, &quarter, true});
+    // A conversion of a skipped storage stays skipped: its replay converts the replayed source.
+    at::Tensor converted = torch::empty({300, 17}, at::kDouble);
+    ASSERT_EQ(tracker.decide_copy(converted, first), FSDPSKIP_SKIP);
+    fsdpskip_call_arguments copy_arguments{0, 0, &first, false};
+    tracker.skipped(FSDPSKIP_COPY, converted, nullptr, &copy_arguments);
+    EXPECT_EQ(state_bytes(generator), state_bytes(reference)) << "skipped calls advance it as the kernels would";
+
+    std::vector<at::Tensor> sent = in_order ? std::vector<at::Tensor>{first, next, second, third, converted}
+                                            : std::vector<at::Tensor>{next, converted, third, second, first};
+    EXPECT_TRUE(tracker.sending(sent).empty());
+    EXPECT_TRUE(first.equal(expected_first)) << (in_order ? "in order" : "out of order");
+    EXPECT_TRUE(next.equal(expected_next));
+    EXPECT_TRUE(second.equal(expected_second));
+    EXPECT_TRUE(third.equal(expected_third));
+    EXPECT_TRUE(converted.equal(expected_first.to(at::kDouble)));
+    for (const at::Tensor& t : sent) EXPECT_FALSE(tracker.is_pending(compat::storage_of(t.unsafeGetTensorImpl())));
+    tracker.set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);  // a new loading phase
+  }
+  // The bookkeeping per skipped call (docs/limits.md): a model of 10,000
+  // parameter tensors keeps a few MB of it.
+  EXPECT_LE(kSkippedCallBytes, 256u);
+}
+
 }  // namespace
 }  // namespace fsdpskip

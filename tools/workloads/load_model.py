@@ -296,7 +296,9 @@ def main():
 
     if args.barrier_before_sync:
         dist.all_reduce(torch.zeros(1))
+    start = time.perf_counter()
     model = sync(model, args.sync, mesh, group, source)
+    sync_seconds = time.perf_counter() - start
     result = {
         "rank": rank,
         "local_rank": int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank))),
@@ -305,6 +307,7 @@ def main():
         "model_bytes": model_bytes(model),
         "parameters": sum(p.numel() for p in model.parameters()),
         "build_seconds": build_seconds,
+        "sync_seconds": sync_seconds,  # a source's replay happens here
         "rss_growth_bytes": rss_growth_kib * 1024,
         # The whole job's peak so far: build and sync.
         "job_rss_growth_bytes": (rss_kib("VmHWM") - rss_before) * 1024,
