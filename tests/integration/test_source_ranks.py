@@ -1,16 +1,19 @@
 """Jobs whose sync sources are not local rank 0: the data-parallel groups of
 tensor parallelism ({0, 2} and {1, 3}: global rank 1, local rank 1, is a
 source), a broadcast from rank 1, Megatron's master-weight init. Each rank
-seeds with its own rank, so that each source's values are its own. Every
+seeds with its own rank, so that each source's values are its own; and two
+nodes of two ranks. Every
 rank ends bitwise as in the run without fsdpskip: a receiving rank skips
 and receives, a source replays what it skipped before it sends; where a
 skipped value cannot be given back, the source stops before the collective
 with exit status 3. A skipped value never leaves its rank."""
+import json
+import os
 import re
 
 import pytest
 
-from harness import LOAD_MODEL, environment, rank_lines, said_by_fsdpskip, summary_lines, torchrun
+from harness import COMMAND, LOAD_MODEL, environment, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
 import launch  # tools/workloads, put on the path by harness
 from test_distributed import TRUNC_NORMAL_IS_A_CHAIN
 
@@ -24,8 +27,8 @@ def job(tmp_path, *args, nproc, preload=True, **variables):
     return done, {result["rank"]: result for result in ranks}
 
 
-def summary(done, rank):
-    lines = summary_lines("\n".join(rank_lines(done, rank)), rank)
+def summary(done, rank, local_rank=None):
+    lines = summary_lines("\n".join(rank_lines(done, rank)), rank if local_rank is None else local_rank)
     assert len(lines) == 1, "\n".join(rank_lines(done, rank))[-3000:]
     return lines[0]
 
@@ -47,8 +50,8 @@ def assert_source_replayed(done, rank):
     assert count(line, "replayed") == count(line, "on"), line  # every skipped storage was sent
 
 
-def assert_receiver_skipped(done, rank):
-    line = summary(done, rank)
+def assert_receiver_skipped(done, rank, local_rank=None):
+    line = summary(done, rank, local_rank)
     assert count(line, "overwrite") > 0 and count(line, "pending") == 0 and count(line, "replayed") == 0, line
 
 
@@ -120,3 +123,30 @@ def test_a_source_that_cannot_replay_stops_before_it_sends(tmp_path):
     assert any("load_model.py" in line for line in named), named  # where it was skipped
     assert len(summary_lines("\n".join(rank_lines(done, 1)), 1)) == 1, lines
     assert not (out / "rank1.json").exists() and not (out / "rank0.json").exists()
+
+
+def test_two_nodes_sync_from_rank0_and_every_expected_rank_reports(tmp_path):
+    """torchrun --nnodes 2 --nproc_per_node 2 as two agents on loopback (one
+    machine, so one host name for both nodes), DDP's sync from global rank 0.
+    Node 1's local rank 0 (global rank 2) stays inactive and receives; each
+    node's local rank 1 skips and receives. Their reports, named %h-%r,
+    come from both nodes, and `fsdpskip report` over them finds every rank
+    it expects (local ranks >= 1: ranks 1 and 3) and passes."""
+    out, reports = tmp_path / "out", tmp_path / "reports"
+    out.mkdir()
+    args = [LOAD_MODEL, "--out", str(out), "--size", "tiny", "--style", "hf4", "--sync", "ddp", "--seed-per-rank",
+            "--verify"]
+    done = launch.run_nodes(args, environment(True, FSDPSKIP="on", FSDPSKIP_REPORT=str(reports / "%h-%r.json")),
+                            timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = {rank: json.loads((out / ("rank%d.json" % rank)).read_text()) for rank in range(4)}
+    assert [ranks[rank]["local_rank"] for rank in range(4)] == [0, 1, 0, 1]
+    assert all(ranks[rank]["equal_to_rank0"] and ranks[rank]["all_finite"] for rank in range(4))
+    for rank in (1, 3):
+        assert_receiver_skipped(done, rank, local_rank=1)
+    assert said_by_fsdpskip(rank_lines(done, 2)) == [], "node 1's local rank 0 is inactive"
+    names = sorted(os.listdir(str(reports)))
+    assert [name.rsplit("-", 1)[1] for name in names] == ["1.json", "3.json"], names
+    gathered = json.loads(run([COMMAND, "report", "--json", str(reports)], preload=False).stdout)
+    assert gathered["verdict"] == "pass", gathered
+    assert gathered["totals"]["expected_reports"] == 2 and gathered["totals"]["missing_ranks"] == [], gathered

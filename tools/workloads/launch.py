@@ -9,6 +9,7 @@ start at all. There the ranks are started directly with torchrun's own
 variables, and their output lines get torchrun's [default<rank>]: prefixes.
 """
 import os
+import re
 import socket
 import subprocess
 
@@ -74,6 +75,46 @@ def _run_once(script_args, env, nproc, timeout, prefix):
                         OMP_NUM_THREADS="1")
         workers.append(subprocess.Popen(list(prefix) + [PYTHON] + script_args, env=rank_env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True))
+    return _gathered(script_args, workers, timeout)
+
+
+def run_nodes(script_args, env, nodes=2, nproc_per_node=2, timeout=None):
+    """A job of `nodes` nodes of `nproc_per_node` ranks on this machine, as
+    a multi-node job starts it: one torchrun agent per node (--nnodes,
+    --node_rank, static rendezvous at 127.0.0.1), or, where torchrun's agent
+    cannot start, each node's ranks with the variables it would give them.
+    Every node has this machine's host name. Returns a CompletedProcess
+    whose stdout and stderr carry each rank's lines prefixed
+    [default<global rank>]:."""
+    port = free_port()
+    world = nodes * nproc_per_node
+    env = dict(env, USE_LIBUV=env.get("USE_LIBUV", "0"))
+    if torchrun_agent_can_start(env):
+        agents = [subprocess.Popen(
+            [PYTHON, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank", str(node),
+             "--nproc_per_node", str(nproc_per_node), "--redirects", "2", "--tee", "2", "--master_addr", "127.0.0.1",
+             "--master_port", str(port)] + script_args,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for node in range(nodes)]
+        outputs = [agent.communicate(timeout=timeout) for agent in agents]
+        status = next((agent.returncode for agent in agents if agent.returncode), 0)
+
+        def global_prefixes(text, node):  # an agent prefixes its node's local ranks
+            return re.sub(r"\[default(\d+)\]:", lambda m: "[default%d]:" % (node * nproc_per_node + int(m.group(1))),
+                          text)
+        stdout = "".join(global_prefixes(out, node) for node, (out, _) in enumerate(outputs))
+        stderr = "".join(global_prefixes(err, node) for node, (_, err) in enumerate(outputs))
+        return subprocess.CompletedProcess(script_args, status, stdout, stderr)
+    workers = []
+    for rank in range(world):
+        rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank % nproc_per_node), WORLD_SIZE=str(world),
+                        LOCAL_WORLD_SIZE=str(nproc_per_node), GROUP_RANK=str(rank // nproc_per_node),
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        workers.append(subprocess.Popen([PYTHON] + script_args, env=rank_env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True))
+    return _gathered(script_args, workers, timeout)
+
+
+def _gathered(script_args, workers, timeout):
     stdout, stderr, status = [], [], 0
     for rank, worker in enumerate(workers):
         out, err = worker.communicate(timeout=timeout)
