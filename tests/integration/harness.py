@@ -40,6 +40,17 @@ from launch import PYTHON  # noqa: E402,F401
 SANITIZED = bool(os.environ.get("FSDPSKIP_SANITIZER_PRELOAD"))
 
 
+def module_or_skip(name):
+    """The module `name`, for tests that need it. Where this suite declares
+    it required (FSDPSKIP_REQUIRED_MODULES: the sid root, the pip venv), one
+    that will not import fails the test; elsewhere its tests are skipped."""
+    if name in os.environ.get("FSDPSKIP_REQUIRED_MODULES", "").split():
+        import importlib
+        return importlib.import_module(name)
+    import pytest
+    return pytest.importorskip(name)
+
+
 def environment(preload, **variables):
     """This process's environment without any variable that could change
     fsdpskip's decision (policy_variables: options.def), then `variables`."""

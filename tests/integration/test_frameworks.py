@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from harness import COMMAND, HERE, PYTHON, SCENARIOS, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
+from harness import (COMMAND, HERE, PYTHON, SCENARIOS, module_or_skip, rank_lines, run, said_by_fsdpskip, summary_lines,
+                     torchrun)
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
+transformers = module_or_skip("transformers")
+module_or_skip("accelerate")
 WORKER = os.path.join(HERE, "frameworks_worker.py")
 ACCELERATE_FSDP = {"ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"}
 

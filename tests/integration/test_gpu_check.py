@@ -12,6 +12,20 @@ from harness import PRELOAD, PYTHON, SOURCE_DIR, run
 CHECK = os.path.join(SOURCE_DIR, "tools", "gpu", "check.py")
 
 
+def test_a_skipped_step_is_never_a_pass():
+    """A step whose framework is not installed leaves the verdict
+    incomplete (exit 1); only a step the machine cannot run (n/a: a second
+    GPU) is left out of a pass."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_check", CHECK)
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.verdict_of(["ok", "ok", "n/a"]) == "pass"
+    assert check.verdict_of(["ok", "skipped", "n/a", "skipped"]) == "incomplete (2 steps skipped)"
+    assert check.verdict_of(["ok", "skipped", "FAIL"]) == "fail"
+    assert check.Skipped("one GPU").machine_cannot is False
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: tools/gpu-check checks it")
 def test_no_gpu_is_a_failure_that_says_so(tmp_path):
     done = run([PYTHON, CHECK, "--preload", PRELOAD, "--out", str(tmp_path)], preload=False)

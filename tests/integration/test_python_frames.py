@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from harness import PYTHON, run
+from harness import PYTHON, module_or_skip, run
 
 # Line numbers below are the lines of these programs (1-based).
 DIRECT = textwrap.dedent("""\
@@ -136,7 +136,7 @@ def test_a_never_synced_transformers_model_names_its_modeling_lines(tmp_path):
     """Where transformers is installed (sid, the pip venv): the 12 innermost
     frames, from the modeling code's lines to the program's own where the
     chain is short enough."""
-    pytest.importorskip("transformers")
+    module_or_skip("transformers")
     path, lines, report, _ = pending_run(tmp_path, "build_llama.py", TRANSFORMERS_MODEL)
     assert report["pending_count"] == len(report["pending"]) > 0
     stacks = [python_frames(pending["stack"]) for pending in report["pending"]]

@@ -39,7 +39,9 @@ fail, without it:
                         DDP over NCCL with device_ids, a training step: rank 1
                         equals rank 0, nothing pending ("one GPU: skipped" on a
                         machine with one)
-A step whose framework is not importable says "skipped: not installed"
+A step whose framework is not importable says "skipped: not installed" and
+makes the verdict "incomplete" (exit status 1); one the machine cannot run
+(a second GPU) says "n/a" and leaves it a pass
 (what the GPU machine lacks can travel with the checkout: put a
 `pip install --target` directory on PYTHONPATH). Prints a table and writes
 gpu-check.json. Without a GPU it says "no GPU" and exits 1."""
@@ -411,9 +413,14 @@ def judge_fsdp1_sync_module_states(runner):
 
 
 class Skipped(Exception):
-    """A step that cannot run here, for a reason that is not fsdpskip's
-    fault (a framework not installed, one GPU where it needs two): its line
-    in the table, and no failure."""
+    """A step that did not run: the machine cannot run it (`machine_cannot`:
+    one GPU where it needs two), which leaves the verdict a pass, or what it
+    needs is not installed, which makes the verdict "incomplete": a step
+    that did not run is never a pass."""
+
+    def __init__(self, reason, machine_cannot=False):
+        super().__init__(reason)
+        self.machine_cannot = machine_cannot
 
 
 def needs(*modules):
@@ -465,7 +472,7 @@ def judge_accelerate_fsdp2_bf16(runner):
 
 def judge_two_gpus_nccl(runner):
     if runner.gpus < 2:
-        raise Skipped("one GPU: skipped")
+        raise Skipped("one GPU: skipped", machine_cannot=True)
     port = free_port()
     ranks = [runner.start("two_gpus_nccl", True, "two_gpus_nccl.%d" % r, port=port, RANK=r, LOCAL_RANK=r,
                           WORLD_SIZE=2) for r in (0, 1)]
@@ -481,6 +488,15 @@ STEPS = [("a init_on_cuda", judge_init_on_cuda), ("b nccl_broadcast", judge_nccl
          ("e record_stream", judge_record_stream), ("f fsdp1_sync_module_states", judge_fsdp1_sync_module_states),
          ("g lightning_fsdp", judge_lightning_fsdp), ("h accelerate_fsdp2_bf16", judge_accelerate_fsdp2_bf16),
          ("i two_gpus_nccl", judge_two_gpus_nccl)]
+
+
+def verdict_of(statuses):
+    """"pass" only when every step ran and passed, or the machine cannot run it (n/a)."""
+    if "FAIL" in statuses:
+        return "fail"
+    if "skipped" in statuses:
+        return "incomplete (%d steps skipped)" % statuses.count("skipped")
+    return "pass"
 
 
 def main():
@@ -506,18 +522,22 @@ def main():
               (gpu["torch"], gpu["cuda"]))
     else:
         for name, judge in STEPS:
+            status = "ok"
             try:
                 ok, detail, figures = judge(runner)
-            except Skipped as reason:  # not a failure: said as such
-                ok, detail, figures = True, str(reason), {"skipped": str(reason)}
+                status = "ok" if ok else "FAIL"
+            except Skipped as reason:
+                ok, detail, figures = False, str(reason), {"skipped": str(reason)}
+                status = "n/a" if reason.machine_cannot else "skipped"
             except Exception as error:  # a step that cannot run fails, the others still run
                 ok, detail, figures = False, "%s: %s" % (type(error).__name__, error), {}
-            summary["steps"].append({"step": name, "ok": ok, "detail": detail, "figures": figures})
-        summary["verdict"] = "pass" if all(s["ok"] for s in summary["steps"]) else "fail"
+                status = "FAIL"
+            summary["steps"].append({"step": name, "ok": ok, "status": status, "detail": detail, "figures": figures})
+        summary["verdict"] = verdict_of([s["status"] for s in summary["steps"]])
         width = max(len(s["step"]) for s in summary["steps"])
         print("gpu-check: torch %s, CUDA %s, %s" % (gpu["torch"], gpu["cuda"], gpu["device"]))
         for s in summary["steps"]:
-            print("%-*s  %-4s  %s" % (width, s["step"], "ok" if s["ok"] else "FAIL", s["detail"]))
+            print("%-*s  %-7s  %s" % (width, s["step"], s["status"], s["detail"]))
         print("verdict: %s" % summary["verdict"])
     with open(os.path.join(args.out, "gpu-check.json"), "w") as f:
         json.dump(summary, f, indent=1)
