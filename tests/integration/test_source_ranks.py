@@ -12,6 +12,7 @@ import os
 import re
 
 import pytest
+import torch
 
 from harness import COMMAND, LOAD_MODEL, environment, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
 import launch  # tools/workloads, put on the path by harness
@@ -150,3 +151,22 @@ def test_two_nodes_sync_from_rank0_and_every_expected_rank_reports(tmp_path):
     gathered = json.loads(run([COMMAND, "report", "--json", str(reports)], preload=False).stdout)
     assert gathered["verdict"] == "pass", gathered
     assert gathered["totals"]["expected_reports"] == 2 and gathered["totals"]["missing_ranks"] == [], gathered
+
+
+@pytest.mark.skipif(tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 6), reason="FSDP2 from torch 2.6")
+def test_hybrid_sharding_on_a_2d_mesh_ends_as_without_fsdpskip(tmp_path):
+    """FSDP2 on a replicate x shard mesh of four ranks: rank 0's values
+    broadcast (broadcast_from_rank0), then distribute_tensor broadcasts over
+    each replicate group from its first rank (global rank 1 roots {1, 3})
+    and scatters over each shard group: the sources send received values,
+    never skipped ones. Every rank's shards end as without fsdpskip; ranks 1
+    to 3 skipped their inits."""
+    args = ("--size", "tiny", "--style", "hf4", "--sync", "hsdp", "--verify")
+    _, plain = job(tmp_path, *args, nproc=4, preload=False)
+    done, ranks = job(tmp_path, *args, nproc=4, FSDPSKIP="on")
+    for rank in range(4):
+        assert ranks[rank]["digests"] == plain[rank]["digests"], rank
+        assert ranks[rank]["equal_to_rank0"] and ranks[rank]["all_finite"], rank
+    for rank in (1, 2, 3):
+        line = summary(done, rank)
+        assert count(line, "skipped") > 0 and count(line, "pending") == 0 and count(line, "replayed") == 0, line

@@ -169,17 +169,22 @@ def sync(model, how, mesh=None, group=None, source=0):
     elif how == "broadcast":  # DeepSpeed's _broadcast_model: one broadcast per parameter
         for param in model.parameters():
             dist.broadcast(param.data, src=source, group=group)
-    elif how == "fsdp2":
+    elif how in ("fsdp2", "hsdp"):
         fsdp2_sync(model, mesh)
     return model
 
 
-def fsdp2_mesh():
+def fsdp2_mesh(hybrid=False):
     """FSDP2's device mesh, and its one-time costs (lazy imports, first use)
     paid on a small frozen module before anything is measured: frozen, so
-    fsdpskip tags nothing here."""
+    fsdpskip tags nothing here. `hybrid`: hybrid sharding's 2-D mesh
+    (replicate across pairs of ranks x shard within them), where
+    distribute_tensor broadcasts over each replicate group from its first
+    rank (global rank 1 for {1, 3}) and scatters over each shard group."""
     from torch.distributed.device_mesh import init_device_mesh
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    world = dist.get_world_size()
+    shape = (world // 2, 2) if hybrid else (world,)
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=("replicate", "shard")[-len(shape):])
     block = nn.Module()
     block.weight = nn.Parameter(torch.zeros(64, 64), requires_grad=False)
     warm_up = nn.Module()
@@ -237,7 +242,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size", choices=SIZES, default="tiny")
     parser.add_argument("--style", choices=STYLES, default="hf4")
-    parser.add_argument("--sync", choices=("ddp", "broadcast", "fsdp2", "none"), default="ddp")
+    parser.add_argument("--sync", choices=("ddp", "broadcast", "fsdp2", "hsdp", "none"), default="ddp",
+                        help="hsdp: FSDP2 on a 2-D mesh (replicate x shard), rank 0's values broadcast, then "
+                             "distributed")
     parser.add_argument("--convert", choices=("none", "half", "double"), default="none",
                         help="dtype conversion before the sync (gloo in Debian's torch 2.x broadcasts no half)")
     parser.add_argument("--out", required=True, help="directory for rank<N>.json")
@@ -272,7 +279,7 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank = dist.get_rank()
     torch.manual_seed(1234 + (rank if args.seed_per_rank else 0))
-    mesh = fsdp2_mesh() if args.sync == "fsdp2" else None
+    mesh = fsdp2_mesh(hybrid=args.sync == "hsdp") if args.sync in ("fsdp2", "hsdp") else None
     group, source = data_parallel_group(args.groups)
     if args.groups > 1:
         TENSOR_PARALLEL.update(size=args.groups, rank=rank % args.groups)
