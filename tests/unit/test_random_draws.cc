@@ -204,5 +204,44 @@ TEST(RandomDraws, ASourceReplaysItsSkippedCallsBitwise) {
   EXPECT_LE(kSkippedCallBytes, 256u);
 }
 
+// What a source cannot give back is returned, named, and stays pending: a
+// chain step (trunc_normal_ up to 2.11), a copy_ into a skipped storage, a
+// page touched since the skip; and anything NCCL's C API sends. In audit
+// mode every init ran: what is sent is counted as replayed, nothing stops.
+TEST(RandomDraws, WhatASourceCannotReplayIsNamedAndStaysPending) {
+  Tracker& tracker = Tracker::instance();
+  tracker.start(nullptr);
+  tracker.set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
+  auto skipped = [&](const at::Tensor& t, const fsdpskip_call_arguments* arguments) {
+    EXPECT_TRUE(tracker.tag(compat::storage_of(t.unsafeGetTensorImpl())));
+    tracker.skipped(FSDPSKIP_ZERO, t, nullptr, arguments);
+    return t;
+  };
+  fsdpskip_call_arguments none{0, 0, nullptr, false};
+  at::Tensor chain = skipped(torch::empty({1 << 16}), nullptr);
+  at::Tensor copied_into = skipped(torch::empty({1 << 16}), &none);
+  tracker.copied(copied_into, torch::ones({1 << 16}));
+  at::Tensor touched = skipped(torch::empty({1 << 16}), &none);
+  touched.data_ptr<float>()[4096] = 1.0f;  // a write fsdpskip does not see
+  at::Tensor raw = skipped(torch::empty({1 << 16}), &none);
+  std::vector<Tracker::Unsendable> unsendable = tracker.sending({chain, copied_into, touched});
+  ASSERT_EQ(unsendable.size(), 3u);
+  EXPECT_NE(unsendable[0].why.find("trunc_normal_'s later steps"), std::string::npos) << unsendable[0].why;
+  EXPECT_NE(unsendable[1].why.find("a copy_ into it"), std::string::npos) << unsendable[1].why;
+  EXPECT_NE(unsendable[2].why.find("touched since its init was skipped"), std::string::npos) << unsendable[2].why;
+  EXPECT_EQ(tracker.sending_raw(raw.data_ptr(), 16).size(), 1u) << "a buffer overlapping it";
+  for (const at::Tensor& t : {chain, copied_into, touched, raw})
+    EXPECT_TRUE(tracker.is_pending(compat::storage_of(t.unsafeGetTensorImpl())));
+
+  tracker.set_policy(true, true, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);  // audit
+  at::Tensor audited = torch::empty({64});
+  ASSERT_TRUE(tracker.tag(compat::storage_of(audited.unsafeGetTensorImpl())));
+  tracker.audited(FSDPSKIP_NORMAL, audited, 1);
+  uint64_t replayed = tracker.stats()[Counter::storages_replayed];
+  EXPECT_TRUE(tracker.sending({audited, chain}).empty());
+  EXPECT_EQ(tracker.stats()[Counter::storages_replayed], replayed + 2);
+  tracker.set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
+}
+
 }  // namespace
 }  // namespace fsdpskip
