@@ -4,7 +4,6 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "random_draws.h"
 
@@ -13,10 +12,6 @@ namespace {
 
 thread_local bool t_own_kernels = false;
 
-bool same_state(const at::mt19937_data_pod& a, const at::mt19937_data_pod& b) {
-  return a.seed_ == b.seed_ && a.left_ == b.left_ && a.next_ == b.next_ && a.seeded_ == b.seeded_ &&
-         memcmp(a.state_.data(), b.state_.data(), sizeof a.state_) == 0;
-}
 
 // A tensor viewing `storage` as `geometry` says.
 at::Tensor view_of(c10::StorageImpl* storage, const Geometry& geometry) {
@@ -104,14 +99,15 @@ void GeneratorHistory::advance(const at::Generator& generator, uint64_t draws, S
   Entry* entry = nullptr;
   for (Entry& known : entries_)
     if (known.generator.lock().get() == cpu) entry = &known;
-  if (entry == nullptr || !same_state(entry->expected, state)) {
+  if (entry == nullptr || !(entry->expected == GeneratorFingerprint(state))) {
     // Something else drew from it (or reseeded it) since: a new run of calls.
     // reserve() made the snapshot and the entry's room.
     std::shared_ptr<GeneratorSnapshot> snapshot = std::move(spare_);
     snapshot->start = snapshot->cursor = state;
     if (entry == nullptr)
       entry = &entries_.emplace_back(
-          Entry{c10::weak_intrusive_ptr<c10::GeneratorImpl>(generator.getIntrusivePtr()), nullptr, 0, {}});
+          Entry{c10::weak_intrusive_ptr<c10::GeneratorImpl>(generator.getIntrusivePtr()), nullptr, 0,
+                GeneratorFingerprint()});
     entry->snapshot = std::move(snapshot);
     entry->offset = 0;
   }
@@ -120,7 +116,7 @@ void GeneratorHistory::advance(const at::Generator& generator, uint64_t draws, S
   discard_draws(state, draws);
   engine.set_data(state);
   cpu->set_engine(engine);
-  entry->expected = state;
+  entry->expected = GeneratorFingerprint(state);
   entry->offset += draws;
 }
 

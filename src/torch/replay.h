@@ -85,6 +85,22 @@ Geometry geometry_of(const at::Tensor& tensor);
 SkippedCall describe_call(fsdpskip_kernel kernel, const at::Tensor& self, const fsdpskip_call_arguments* arguments,
                           const char** why);
 
+// A CPU generator's state, told by its place and the words at both ends:
+// any draw moves the place, a whole number of regenerations rewrites every
+// word, and a reseed changes the seed.
+struct GeneratorFingerprint {
+  uint64_t seed;
+  int left;
+  uint32_t next, first, last;
+  explicit GeneratorFingerprint(const at::mt19937_data_pod& state = {})
+      : seed(state.seed_), left(state.left_), next(state.next_), first(state.state_.front()),
+        last(state.state_.back()) {}
+  bool operator==(const GeneratorFingerprint& other) const {
+    return seed == other.seed && left == other.left && next == other.next && first == other.first &&
+           last == other.last;
+  }
+};
+
 // The positions of the generators skipped calls drew from. Not thread-safe:
 // its owner calls it under its own lock.
 class GeneratorHistory {
@@ -102,8 +118,8 @@ class GeneratorHistory {
   struct Entry {
     c10::weak_intrusive_ptr<c10::GeneratorImpl> generator;
     std::shared_ptr<GeneratorSnapshot> snapshot;
-    uint64_t offset;               // outputs drawn past the snapshot's start
-    at::mt19937_data_pod expected;  // the state after the last skipped call
+    uint64_t offset;  // outputs drawn past the snapshot's start
+    GeneratorFingerprint expected;  // the state after the last skipped call
   };
   std::vector<Entry> entries_;
   std::shared_ptr<GeneratorSnapshot> spare_;

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -65,6 +66,12 @@ bool contiguous_range(const at::Tensor& tensor, char** begin, size_t* bytes) {
   *begin = static_cast<char*>(compat::data_ptr(*storage).get()) + tensor.storage_offset() * tensor.itemsize();
   *bytes = tensor.numel() * tensor.itemsize();
   return true;
+}
+
+// True when `tensor` is the whole of `storage`, contiguous.
+bool covers_storage(const at::Tensor& tensor, const c10::StorageImpl* storage) {
+  return tensor.is_contiguous() && tensor.storage_offset() == 0 &&
+         static_cast<size_t>(tensor.numel() * tensor.itemsize()) == storage->nbytes();
 }
 
 // What a skipped storage or a placeholder is, for its site (its stack comes later).
@@ -540,7 +547,11 @@ void Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, Skipp
       // What may fail comes before anything is committed: then the kernel runs on self.
       if (copy_source != nullptr && unreplayable == nullptr)
         unreplayable = describe_copy_source_locked(*copy_source, call);
-      if (unreplayable == nullptr) record->calls.reserve(record->calls.size() + 1);
+      // A call that writes the whole storage makes every earlier one moot:
+      // a storage re-initialised in a loop keeps one call.
+      if (unreplayable == nullptr && covers_storage(self, record->storage)) record->calls.clear();
+      if (unreplayable == nullptr && record->calls.size() == record->calls.capacity())
+        record->calls.reserve(std::max<size_t>(2, 2 * record->calls.size()));
       if (generator) generators_.reserve();
       first = mark_skipped_locked(*record, kernel, self);
       if (generator) generators_.advance(*generator, draws, call);
@@ -640,9 +651,8 @@ void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
   Record* origin = find_locked(source);
   // Only rank 0's data resolves: a copy of a locally computed tensor (the
   // resampling of torch >= 2.12's trunc_normal_, orthogonal_'s QR factor) does not.
-  bool covers = dst.is_contiguous() && dst.storage_offset() == 0 &&
-                static_cast<size_t>(dst.numel() * dst.itemsize()) == destination->nbytes();
-  if (origin != nullptr && origin->role == Role::kReceived && covers) return resolve_locked(*target, false);
+  if (origin != nullptr && origin->role == Role::kReceived && covers_storage(dst, destination))
+    return resolve_locked(*target, false);
   // Values written over skipped ones, which a replay of the skipped calls
   // alone would lose.
   mark_unreplayable_locked(*target, "a copy_ into it after its init was skipped is not replayed");
