@@ -141,10 +141,17 @@ def one_rank_group():
 
 def sync_then_train(dist, policy):
     """Rank 0's values broadcast into `policy`, then training's first
-    gradient all-reduce (4 KiB: more than a barrier)."""
-    for param in policy.parameters():
-        dist.broadcast(param.data, 0)
-    dist.all_reduce(torch.ones(1024))
+    gradient all-reduce (4 KiB: more than a barrier). Returns the tensors
+    the collectives were given: the caller holds them until the group is
+    destroyed, because torch 2.6's gloo worker can otherwise drop the last
+    reference to one of them while destroy_process_group holds the GIL and
+    joins it, and hang (issue 32: 2 runs in about 80 here)."""
+    given = [param.data for param in policy.parameters()]
+    for tensor in given:
+        dist.broadcast(tensor, 0)
+    given.append(torch.ones(1024))
+    dist.all_reduce(given[-1])
+    return given
 
 
 def every_row():
@@ -352,7 +359,7 @@ def unsynced_model_then_training():
     training's first gradient all-reduce. Prints whether training went on."""
     with one_rank_group() as dist:
         policy, reference = hf_model(), hf_model()
-        sync_then_train(dist, policy)
+        held = sync_then_train(dist, policy)  # noqa: F841 (until the group is destroyed)
     return {"trained": True, "reference_zero": all(bool((p == 0).all()) for p in reference.parameters())}
 
 
@@ -375,7 +382,7 @@ def never_written_placeholders():
             "from_buffer": nn.Parameter(torch.frombuffer(bytearray(4 << 20), dtype=torch.float32)),
             "zeros": nn.Parameter(torch.zeros(1 << 20)),
         })
-        sync_then_train(dist, policy)
+        held = sync_then_train(dist, policy)  # noqa: F841 (until the group is destroyed)
     return {"trained": True, "shapes": {name: list(p.shape) for name, p in placeholders.items()}}
 
 
