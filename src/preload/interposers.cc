@@ -408,7 +408,7 @@ using NcclSend = NcclPointToPoint<id, kernel, true>;
 template <HookId id, fsdpskip_kernel>
 struct NcclReduce {
   static int forward(const void* send, void* recv, size_t count, int datatype, int op, void* comm, void* stream) {
-    auto fn = reinterpret_cast<int (*)(const void*, void*, size_t, int, int, void*, void*)>(find_original(id));
+    auto fn = nccl_original<id, int (*)(const void*, void*, size_t, int, int, void*, void*)>();
     if (fn == nullptr) return kNcclSystemError;
     if (const fsdpskip_plugin* plugin = active_plugin()) plugin->collective_started(nullptr, nccl_bytes(count, datatype));
     return fn(send, recv, count, datatype, op, comm, stream);

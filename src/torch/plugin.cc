@@ -153,12 +153,14 @@ void stop_unless_sendable(const std::vector<Tracker::Unsendable>& unsendable, co
   _exit(kPendingExitStatus);  // no atexit handlers: finish() was the preload's
 }
 
-// "gloo broadcast (root 1 of a group of 2: this rank)"
-std::string collective_text(const compat::CollectiveBackend& backend, const char* collective, int64_t root) {
-  std::string text = backend.getBackendName() + " " + collective + " (";
+// "gloo broadcast (root 1 of a group of 2, this rank 1)", for a backend
+// (compat::CollectiveBackend) or a c10d::ProcessGroup alike.
+template <typename Group>
+std::string collective_text(const Group& group, const char* collective, int64_t root) {
+  std::string text = group.getBackendName() + " " + collective + " (";
   if (root >= 0) text += "root " + std::to_string(root) + " of ";
-  return text + "a group of " + std::to_string(backend.getSize()) + ", this rank " +
-         std::to_string(backend.getRank()) + ")";
+  return text + "a group of " + std::to_string(group.getSize()) + ", this rank " + std::to_string(group.getRank()) +
+         ")";
 }
 
 // Every callback runs inside `guarded`: nothing unwinds out of the plugin
@@ -265,8 +267,7 @@ const fsdpskip_plugin kPlugin = {
         const auto* first = static_cast<const at::Tensor*>(tensors);
         std::vector<at::Tensor> list(first, first + count);
         stop_unless_sendable(Tracker::instance().sending(list),
-                             "coalesced broadcast (root " + std::to_string(root) + " of a group of " +
-                                 std::to_string(process_group.getSize()) + ": this rank)");
+                             collective_text(process_group, "coalesced broadcast", root));
       });
     },
     [](const void* group, const void* tensors, bool nested, const char* collective) noexcept {
