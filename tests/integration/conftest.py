@@ -1,4 +1,52 @@
+"""The suites' classes of integration test, marked on the tests themselves.
+
+A test without a class mark runs in the host's suite only (Debian 12's torch
+1.13.1, the default class). A suite that repeats the host's elsewhere selects
+the classes whose subject differs there (tests/CMakeLists.txt,
+FSDPSKIP_INTEGRATION_CLASSES). A class mark with arguments selects only the
+parametrized cases of those ids: @pytest.mark.emulated("hf4-ddp")."""
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+CLASSES = {
+    "every_torch": "depends on the torch it runs against: the LibTorch program, every row through its real original "
+                   "and each release's inits, its errors, c10d jobs, the doctor against its libraries (the trixie "
+                   "root and the pip venv run these)",
+    "every_cpython": "depends on the CPython it runs in: its frame layout (the roots whose CPython is not the host's)",
+    "second_build": "what a second build of a torch generation adds: its C++ ABI, libraries, packaging and "
+                    "frameworks (the sid root, beside the pip venv's PyPI build)",
+    "emulated": "what fits under qemu-user in the arm64 root",
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--classes", default="", metavar="CLASS,...",
+                     help="run only the tests marked with one of these classes (%s)" % ", ".join(CLASSES))
+
+
+def pytest_configure(config):
+    for name, meaning in CLASSES.items():
+        config.addinivalue_line("markers", "%s(*ids): %s" % (name, meaning))
+    unknown = set(filter(None, config.getoption("--classes").split(","))) - set(CLASSES)
+    if unknown:
+        raise ValueError("--classes: no class %s (the classes: %s)" % (", ".join(sorted(unknown)), ", ".join(CLASSES)))
+
+
+def in_classes(item, classes):
+    for mark in item.iter_markers():
+        if mark.name in classes:
+            case = getattr(item, "callspec", None)
+            if not mark.args or (case is not None and case.id in mark.args):
+                return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    classes = set(filter(None, config.getoption("--classes").split(",")))
+    if not classes:
+        return
+    selected = [item for item in items if in_classes(item, classes)]
+    config.hook.pytest_deselected(items=[item for item in items if item not in selected])
+    items[:] = selected

@@ -40,6 +40,8 @@ def test_missing_plugin_is_one_line_and_inert(tmp_path):
     assert len(lines) == 1 and "FSDPSKIP_PLUGIN: %s does not exist" % (tmp_path / "nowhere.so") in lines[0], done.stderr
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
 def test_plugin_built_for_another_torch_is_refused_before_loading(tmp_path):
     """A plugin whose recorded libtorch differs must never be dlopened: it
     would map a second libtorch into the process."""
@@ -64,6 +66,7 @@ def test_file_that_is_not_a_plugin_is_refused(tmp_path, contents):
     assert len(fsdpskip_lines(done.stderr)) == 1 and "is not a fsdpskip torch plugin" in done.stderr
 
 
+@pytest.mark.emulated
 def test_plugin_of_another_architecture_is_refused_before_loading(tmp_path):
     """An aarch64 plugin on x86-64 (a shared install, a copied cache), or
     the reverse: one line naming both architectures, never dlopen'd."""
@@ -213,6 +216,8 @@ def another_libtorch():
     return None
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
 @pytest.mark.parametrize("order", ["this first", "other first"])
 def test_two_torches_in_one_process_fare_as_without_the_preload(order):
     """torch itself cannot share a process with a second libtorch (both

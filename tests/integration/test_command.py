@@ -79,6 +79,8 @@ def test_every_subcommand_has_help():
         assert "--help" in done.stdout and "Exit status" in done.stdout or subcommand == "run"
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
 def test_two_rank_job_through_run_then_report(tmp_path):
     """fsdpskip run -- torchrun …, then fsdpskip report over its reports:
     their directory made by the rank that writes (a user's first
@@ -142,6 +144,7 @@ def test_report_names_the_ranks_whose_reports_are_missing(tmp_path):
     assert table.returncode == 0 and "note: cannot check for missing reports: no report says the job's size" in \
         table.stdout, table.stdout
 
+@pytest.mark.every_torch
 def test_report_fails_when_a_storage_is_pending(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -224,6 +227,9 @@ def doctor_json(*args, **variables):
     return done.returncode, json.loads(done.stdout)
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
+@pytest.mark.emulated
 def test_doctor_passes_this_torch_with_every_probe(tmp_path):
     status, result = doctor_json("--python", PYTHON)
     checks = {c["check"]: c for c in result["checks"]}
@@ -269,6 +275,8 @@ def test_doctor_passes_this_torch_with_every_probe(tmp_path):
     assert human.returncode == 0 and "verdict: fsdpskip can work with this torch" in human.stdout
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
 def test_doctor_names_a_plugin_built_for_another_torch(tmp_path):
     status, result = doctor_json("--python", PYTHON, FSDPSKIP_PLUGIN=foreign_plugin(tmp_path))
     plugin = next(c for c in result["checks"] if c["check"] == "plugin")
@@ -277,6 +285,7 @@ def test_doctor_names_a_plugin_built_for_another_torch(tmp_path):
     assert plugin["detail"].endswith("build one: fsdpskip plugin build --python " + PYTHON), "the command that builds one"
 
 
+@pytest.mark.every_torch
 @pytest.mark.parametrize("python,needle", [
     ("/bin/false", "cannot import torch"),
     ("/bin/true", "did not answer as a Python with torch would"),
@@ -288,6 +297,7 @@ def test_doctor_without_a_torch_says_so(python, needle):
     assert status == 1 and torch["status"] == "FAIL" and needle in torch["detail"], result["checks"]
 
 
+@pytest.mark.emulated
 @pytest.mark.parametrize("kind", ["truncated", "fifo", "not_elf", "other_architecture"])
 def test_doctor_on_a_broken_libtorch_fails_cleanly(tmp_path, kind):
     """The command reads ELF files itself: a cut copy, a FIFO (never waited
@@ -322,6 +332,9 @@ def libtorch_cpu():
         capture_output=True, text=True).stdout.strip())
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
+@pytest.mark.emulated
 def test_doctor_reads_a_libtorch_directory():
     import torch
     libdir = os.path.dirname(libtorch_cpu())
@@ -389,6 +402,8 @@ def test_doctor_names_an_nccl_linked_in_statically():
 
 # --- install ---------------------------------------------------------------
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
 def test_installed_tree_works_after_it_is_moved(tmp_path):
     first, moved = tmp_path / "first", tmp_path / "moved"
     install = subprocess.run(["cmake", "--install", BUILD_DIR, "--prefix", str(first)], capture_output=True,

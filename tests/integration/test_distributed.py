@@ -12,6 +12,8 @@ import torch
 from harness import (COMMAND, LOAD_MODEL, PYTHON, SANITIZED, SCENARIOS, rank_lines, run, said_by_fsdpskip,
                      summary_lines, torchrun)
 
+pytestmark = [pytest.mark.every_torch]
+
 measures_memory = pytest.mark.skipif(SANITIZED, reason="ASan's allocator commits memory of its own")
 
 
@@ -45,6 +47,7 @@ def assert_synced(ranks):
         assert result["late_layer_equal"] and result["late_layer_nonzero"], "a layer made after the sync is initialised"
 
 
+@pytest.mark.emulated('hf4')
 @pytest.mark.parametrize("style", ["hf4", "torch", "trunc"])
 def test_rank1s_generator_ends_where_it_would_without_fsdpskip(tmp_path, style):
     """Every rank seeds alike and builds alike (transformers-4 _init_weights,
@@ -72,6 +75,8 @@ def test_rank1s_generator_ends_where_it_would_without_fsdpskip(tmp_path, style):
     assert [r["losses"] for r in ranks] == [r["losses"] for r in plain]
 
 
+@pytest.mark.second_build('hf4-ddp')
+@pytest.mark.emulated('hf4-ddp', 'torch-broadcast')
 @pytest.mark.parametrize("style,sync", [("hf4", "ddp"), ("torch", "broadcast"), ("trunc", "ddp"), ("hf5", "ddp")])
 def test_rank1_skips_then_holds_rank0_values(tmp_path, style, sync):
     # The tiny transformers-5 placeholders are under 1 MiB: zeroed by memset,
@@ -241,6 +246,7 @@ def test_conversion_before_sync_stays_skipped(tmp_path):
     assert counts(line)["pending"] == 0, line
 
 
+@pytest.mark.emulated
 def test_never_synced_model_is_reported_pending(tmp_path):
     report = tmp_path / "report-%l.json"
     done, ranks = job(tmp_path, "--size", "tiny", "--style", "hf4", "--sync", "none", "--hold", FSDPSKIP="on",

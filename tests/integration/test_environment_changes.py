@@ -4,6 +4,8 @@ setenv and unsetenv), after the process started. Helper processes that
 inherit an active environment stay quiet."""
 import json
 
+import pytest
+
 from harness import PYTHON, SCENARIOS, fsdpskip_lines, run, scenario, summary_lines
 
 
@@ -11,6 +13,8 @@ def all_zero(described):
     return all(facts["zero"] for facts in described.values())
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
 def test_variables_set_from_python_before_loading_turn_auto_mode_on():
     plain, _ = scenario("environ_set_before_loading", preload=False, LOCAL_RANK=1)
     out, done = scenario("environ_set_before_loading", LOCAL_RANK=1)
@@ -58,6 +62,8 @@ def test_debug_names_the_decision_at_start_up():
     assert "decision at start-up: inactive (mode auto, ACCELERATE_USE_FSDP is unset)" in done.stderr
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
 def test_spawned_dataloader_workers_print_nothing():
     out, done = scenario("dataloader_workers", LOCAL_RANK=1, FSDPSKIP="on")
     assert out["param_zero"] and out["sums"] == [6.0, 22.0, 38.0], out

@@ -232,6 +232,8 @@ FORK_UNDER_THE_LINKERS_LOCK = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
 @pytest.mark.parametrize("variables", [{}, ACTIVE], ids=["inactive", "active"])
 def test_a_child_forked_while_a_thread_holds_the_linkers_lock_calls_into_torch(variables):
     """fsdpskip looks up torch's originals through that lock: all of them
@@ -252,6 +254,7 @@ def test_a_child_forked_while_a_thread_holds_the_linkers_lock_calls_into_torch(v
 # generator argument) before the stand-in runs: the init runs on self; `zero_lazily` after a lazy zero's stand-in; and
 # `zeros_produced:allocation` after a comparison was answered: the
 # comparison then runs.
+@pytest.mark.every_torch('zeros_produced:allocation-rejection_sampling-active')
 @pytest.mark.parametrize("fault, scenario, expected", [
     ("decide_init,decide_fill", "hf_init_weights", "plain"),
     ("stand_in_like", "hf_init_weights", "plain"),

@@ -10,6 +10,8 @@ import pytest
 from harness import (COMMAND, HERE, PYTHON, SCENARIOS, module_or_skip, rank_lines, run, said_by_fsdpskip, summary_lines,
                      torchrun)
 
+pytestmark = [pytest.mark.every_torch, pytest.mark.second_build]
+
 transformers = module_or_skip("transformers")
 module_or_skip("accelerate")
 WORKER = os.path.join(HERE, "frameworks_worker.py")

@@ -9,6 +9,8 @@ import torch
 
 from harness import PRELOAD, PYTHON, SOURCE_DIR, run
 
+pytestmark = [pytest.mark.every_torch, pytest.mark.second_build]
+
 CHECK = os.path.join(SOURCE_DIR, "tools", "gpu", "check.py")
 
 

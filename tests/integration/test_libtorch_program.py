@@ -1,7 +1,11 @@
 """An unmodified LibTorch C++ program under the preload."""
 import os
 
+import pytest
+
 from harness import fsdpskip_lines, run, summary_lines
+
+pytestmark = [pytest.mark.every_torch, pytest.mark.second_build, pytest.mark.emulated]
 
 PROGRAM = os.environ["FSDPSKIP_LIBTORCH_MODEL"]
 

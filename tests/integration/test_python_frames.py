@@ -13,6 +13,8 @@ import pytest
 
 from harness import PYTHON, module_or_skip, run
 
+pytestmark = [pytest.mark.every_cpython]
+
 # Line numbers below are the lines of these programs (1-based).
 DIRECT = textwrap.dedent("""\
     import torch, torch.nn as nn
@@ -83,6 +85,7 @@ def python_frames(stack):
     return [frame for frame in stack if re.search(r":-?\d+ in ", frame)]
 
 
+@pytest.mark.emulated
 def test_the_pending_line_and_report_name_the_python_line_that_initialised_it(tmp_path):
     path, lines, report, _ = pending_run(tmp_path, "modeling_demo.py", DIRECT)
     assert len(lines) == 1 and "64x32 Float on cpu" in lines[0], lines

@@ -13,6 +13,8 @@ def three_ways(name):
     return plain, rank0, rank1, done1
 
 
+@pytest.mark.every_torch
+@pytest.mark.emulated('hf_init_weights')
 @pytest.mark.parametrize("name", ["meta_to_empty_reset", "hf_init_weights", "nn_init", "views"])
 def test_parameter_inits_are_skipped_on_rank1_and_untouched_on_rank0(name):
     plain, rank0, rank1, done1 = three_ways(name)
@@ -24,6 +26,8 @@ def test_parameter_inits_are_skipped_on_rank1_and_untouched_on_rank0(name):
     assert len(summary) == 1 and "skipped" in summary[0], done1.stderr
 
 
+@pytest.mark.every_torch
+@pytest.mark.emulated
 def test_every_nn_init_function_is_skipped():
     _, _, rank1, done1 = three_ways("nn_init")
     assert sorted(rank1) == sorted(
@@ -32,6 +36,7 @@ def test_every_nn_init_function_is_skipped():
     assert all(facts["zero"] for facts in rank1.values())
 
 
+@pytest.mark.every_torch
 def test_a_skipping_ranks_generators_end_where_they_would_without_it():
     """A skipped init advances the generator it would have drawn from by the
     draws it would have made: after every init style, dtype and a passed
@@ -43,12 +48,16 @@ def test_a_skipping_ranks_generators_end_where_they_would_without_it():
     assert len(summary) == 1 and "normal_" in summary[0] and "uniform_" in summary[0], done1.stderr
 
 
+@pytest.mark.every_torch
 def test_noise_buffers_and_activations_are_bitwise_unchanged():
     plain, rank0, rank1, _ = three_ways("not_parameters")
     assert rank0 == plain
     assert rank1 == plain
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
+@pytest.mark.emulated
 def test_every_row_reaches_its_real_original_unchanged():
     """Every interposed kernel, through torch's API, inactive and active (no
     parameter among them): the values torch computes without the preload."""
@@ -58,6 +67,7 @@ def test_every_row_reaches_its_real_original_unchanged():
     assert inactive == plain and rank0 == plain and rank1 == plain
 
 
+@pytest.mark.every_torch
 def test_comparisons_of_a_skipped_parameter_are_answered_and_others_run():
     """trunc_normal_'s rejection test on rank 1: answered from the skipped
     storage's zeros (so its masks never commit pages); every result equals
@@ -69,6 +79,8 @@ def test_comparisons_of_a_skipped_parameter_are_answered_and_others_run():
     assert len(summary) == 1 and all(kernel + " " in summary[0] for kernel in ("lt", "gt", "bitwise_or", "any")), summary
 
 
+@pytest.mark.every_torch
+@pytest.mark.second_build
 def test_torch_errors_pass_through_unchanged_skipped_or_not():
     plain, rank0, rank1, _ = three_ways("errors")
     assert rank0 == plain
@@ -77,17 +89,20 @@ def test_torch_errors_pass_through_unchanged_skipped_or_not():
     assert all(value != "no error" for key, value in plain.items() if key.startswith("parameter.")), plain
 
 
+@pytest.mark.every_torch
 def test_thread_pool_initialisation_is_skipped_consistently():
     _, _, rank1, _ = three_ways("threads")
     assert rank1 == {"all_zero": True, "any_zero": True, "count": 200}
 
 
+@pytest.mark.every_torch
 def test_forked_child_inherits_tags_and_reports_nothing():
     _, _, rank1, done1 = three_ways("fork")
     assert rank1 == {"param_zero": True, "fresh_nonzero": True, "child_status": 0}
     assert len(summary_lines(done1.stderr)) == 1, "only the parent reports: " + done1.stderr
 
 
+@pytest.mark.every_torch
 def test_freed_parameter_address_is_never_skipped_again():
     _, _, rank1, _ = three_ways("reuse")
     assert rank1["repeated"], "the address never repeated; the test proves nothing"

@@ -18,6 +18,8 @@ from harness import COMMAND, LOAD_MODEL, environment, rank_lines, run, said_by_f
 import launch  # tools/workloads, put on the path by harness
 from test_distributed import TRUNC_NORMAL_IS_A_CHAIN
 
+pytestmark = [pytest.mark.every_torch]
+
 
 def job(tmp_path, *args, nproc, preload=True, **variables):
     out = tmp_path / ("out-%d" % len(list(tmp_path.iterdir())))

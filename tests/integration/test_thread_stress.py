@@ -5,7 +5,11 @@ and the one summary (the parent's) accounts for every call."""
 import os
 import re
 
+import pytest
+
 from harness import run, summary_lines
+
+pytestmark = [pytest.mark.every_torch, pytest.mark.second_build]
 
 PROGRAM = os.environ["FSDPSKIP_THREAD_STRESS"]
 THREADS, ITERATIONS, FORKS = 8, 200, 6

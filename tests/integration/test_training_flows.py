@@ -16,6 +16,8 @@ import pytest
 from harness import PYTHON, SANITIZED, SOURCE_DIR, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
 from flow_variables import job_variables  # tools/workloads, on the path harness set
 
+pytestmark = [pytest.mark.every_torch]
+
 FLOWS = os.path.join(SOURCE_DIR, "tools", "workloads", "flows.py")
 NEEDS = {"ddp-from-config": ("transformers",), "fsdp2-broadcast": ("transformers",),
          "custom-init-weights": ("transformers",), "peft-before-sync": ("transformers", "peft"),
