@@ -40,12 +40,29 @@ from launch import PYTHON  # noqa: E402,F401
 SANITIZED = bool(os.environ.get("FSDPSKIP_SANITIZER_PRELOAD"))
 
 
+def required(what):
+    """Whether this run declares `what` required: FSDPSKIP_REQUIRED, the words
+    of the build's suite (-DFSDPSKIP_REQUIRED: Python modules, the training
+    flows' frameworks) and of the run (tools/test: root, the pip venv, the
+    module system)."""
+    return what in os.environ.get("FSDPSKIP_REQUIRED", "").split()
+
+
+def require(what, met, reason):
+    """A test that needs `what` and lacks it (`met` false) fails where this
+    run declares it required and is skipped, saying `reason`, elsewhere."""
+    import pytest
+    if met:
+        return
+    if required(what):
+        pytest.fail("%s: required here (FSDPSKIP_REQUIRED names %s)" % (reason, what), pytrace=False)
+    pytest.skip(reason)
+
+
 def module_or_skip(name):
-    """The module `name`, for tests that need it. Where this suite declares
-    it required (FSDPSKIP_REQUIRED_MODULES: the sid root, the pip venv), one
-    that will not import fails the test; elsewhere its tests are skipped."""
-    if name in os.environ.get("FSDPSKIP_REQUIRED_MODULES", "").split():
-        import importlib
+    """The module `name`, for tests that need it (see require)."""
+    import importlib
+    if required(name):
         return importlib.import_module(name)
     import pytest
     return pytest.importorskip(name)

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from harness import (PLUGIN, PYTHON, SCENARIOS, environment, foreign_plugin, fsdpskip_lines, other_architecture_copy,
-                     run, said_by_fsdpskip)
+                     require, run, said_by_fsdpskip)
 
 
 def plain_output():
@@ -216,16 +216,13 @@ def another_libtorch():
     return None
 
 
-@pytest.mark.every_torch
-@pytest.mark.second_build
 @pytest.mark.parametrize("order", ["this first", "other first"])
 def test_two_torches_in_one_process_fare_as_without_the_preload(order):
     """torch itself cannot share a process with a second libtorch (both
     orders crash or abort in its start-up, preload or not); the preload must
     not change how (a hang, another status, a line of its own)."""
     other = another_libtorch()
-    if other is None:
-        pytest.skip("no second torch on this machine")
+    require("pip-venv", other is not None, "no second torch on this machine (tools/pip-venv makes one)")
     plain = run([PYTHON, "-c", TWO_TORCHES, order, other], preload=False, FSDPSKIP="on", LOCAL_RANK="1")
     preloaded = run([PYTHON, "-c", TWO_TORCHES, order, other], FSDPSKIP="on", LOCAL_RANK="1")
     assert plain.returncode != 0, "torch held two libtorch builds: this test's premise is gone"

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from harness import PYTHON, environment, run
+from harness import PYTHON, environment, require, run
 
 LIBTORCH_PROGRAM = os.environ["FSDPSKIP_LIBTORCH_MODEL"]
 ACTIVE = {"LOCAL_RANK": "1", "FSDPSKIP": "on"}
@@ -184,8 +184,8 @@ def test_a_full_filesystem_leaves_no_partial_report(tmp_path):
     """A tmpfs of one page: the report (its pending list) does not fit."""
     mount = tmp_path / "full"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mount)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (not root)")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mount)]).returncode == 0
+    require("root", mounted, "cannot mount a tmpfs here (not root)")
     try:
         done = loader(tmp_path, "none", preload=True, report=mount / "r.json")
         assert done.returncode == 0 and done.stdout == "loaded\n"

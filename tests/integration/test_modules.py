@@ -2,7 +2,7 @@
 (Debian's lmod and environment-modules, which conflict: tools/test runs this
 with the host's module system, then with Lmod inside the site root, never
 swapping the host's, and names the one it expects in
-FSDPSKIP_MODULES_REQUIRED so a missing one fails instead of skipping).
+FSDPSKIP_REQUIRED so a missing one fails instead of skipping).
 
 Each test installs the tree with `cmake --install`, then drives a bash
 session: module use, load, the 2-rank job through `fsdpskip run`, unload."""
@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from harness import BUILD_DIR, LIBM, LOAD_MODEL, PYTHON, SCENARIOS, SOURCE_DIR, environment, system_library
+from harness import BUILD_DIR, LIBM, LOAD_MODEL, PYTHON, SCENARIOS, SOURCE_DIR, environment, require, system_library
 
 LAUNCH = os.path.join(SOURCE_DIR, "tools", "workloads", "launch.py")
 VERSION = "0.1.0"
@@ -43,9 +43,7 @@ def flavour(request):
                                text=True).stdout.endswith("installed")
     init = FLAVOURS[package][0]
     if not (installed and init and os.path.exists(init)):
-        if os.environ.get("FSDPSKIP_MODULES_REQUIRED") == package:
-            pytest.fail("%s is required here (FSDPSKIP_MODULES_REQUIRED) but not installed" % package)
-        pytest.skip("%s is not installed (tools/test runs it)" % package)
+        require(package, False, "%s is not installed (tools/test runs it)" % package)
     return package
 
 

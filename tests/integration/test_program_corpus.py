@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-import pytest
+from harness import require
 
 PRELOAD = os.path.abspath(os.environ["FSDPSKIP_PRELOAD"])
 DIRECTORIES = ("/usr/bin", "/usr/sbin")
@@ -160,8 +160,8 @@ def assert_preload_reaches_programs():
     assert probe and b"decision at start-up" in probe[2], probe
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="runs the programs as unused uids: needs root")
 def test_every_answering_program_is_unchanged_by_the_preload():
+    require("root", os.geteuid() == 0, "runs the programs as unused uids: needs root")
     assert_preload_reaches_programs()
     answered, _ = check_corpus()
     assert len(answered) >= MINIMUM, "only %d programs answered" % len(answered)

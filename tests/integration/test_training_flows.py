@@ -13,7 +13,8 @@ import os
 
 import pytest
 
-from harness import PYTHON, SANITIZED, SOURCE_DIR, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
+from harness import (PYTHON, SANITIZED, SOURCE_DIR, rank_lines, require, run, said_by_fsdpskip, summary_lines,
+                     torchrun)
 from flow_variables import job_variables  # tools/workloads, on the path harness set
 
 pytestmark = [pytest.mark.every_torch]
@@ -64,8 +65,8 @@ def began_training_lines(done):
 
 
 def frameworks_installed(*names):
-    if not os.environ.get("FSDPSKIP_FRAMEWORKS_PATH"):
-        pytest.skip("the training flows run against tools/pip-venv's pinned frameworks")
+    require("frameworks", bool(os.environ.get("FSDPSKIP_FRAMEWORKS_PATH")),
+            "the training flows run against tools/pip-venv's pinned frameworks")
     missing = [name for name in names if importlib.util.find_spec(name) is None]
     assert not missing, "not installed: %s" % " ".join(missing)
 

@@ -1,6 +1,7 @@
 // Where the preload looks for a plugin, and which files it refuses before
 // loading anything: against the real plugin of this build and real files.
 #include "plugin_search.h"
+#include "requirement.h"
 
 #include "../../src/common/install_layout.h"
 
@@ -166,7 +167,7 @@ TEST_F(PluginCopy, ARelativePathIsTheCurrentDirectorysNeverASearch) {
 }
 
 TEST_F(PluginCopy, GroupWriteIsRefusedUnlessTheGroupIsTheUsersOwn) {
-  if (geteuid() != 0) GTEST_SKIP() << "changing a file's group needs root";
+  FSDPSKIP_REQUIRE("root", geteuid() == 0, "changing a file's group needs root");
   chmod(plugin_.c_str(), 0664);
   ASSERT_EQ(chown(plugin_.c_str(), 0, 65534), 0);  // group nogroup: other users
   PluginExamination shared = examine(plugin_);
@@ -177,7 +178,7 @@ TEST_F(PluginCopy, GroupWriteIsRefusedUnlessTheGroupIsTheUsersOwn) {
 }
 
 TEST_F(PluginCopy, AFileOfAnotherOwnerIsRefused) {
-  if (geteuid() != 0) GTEST_SKIP() << "changing a file's owner needs root";
+  FSDPSKIP_REQUIRE("root", geteuid() == 0, "changing a file's owner needs root");
   ASSERT_EQ(chown(plugin_.c_str(), 65534, 65534), 0);  // nobody
   PluginExamination result = examine(plugin_);
   EXPECT_EQ(result.verdict, PluginVerdict::kUnsafe);

@@ -28,7 +28,6 @@ std::map<std::string, size_t> printed_by(const char* program) {
 }
 
 TEST(PythonLayout, TheRowOfTheSuitesPythonMatchesItsHeaders) {
-  if (*FSDPSKIP_PYTHON_LAYOUT == '\0') GTEST_SKIP() << "the suite's Python has no internal headers here";
   std::map<std::string, size_t> header = printed_by(FSDPSKIP_PYTHON_LAYOUT);
   ASSERT_TRUE(header.count("minor")) << FSDPSKIP_PYTHON_LAYOUT << " printed nothing";
   int minor = static_cast<int>(header["minor"]);
