@@ -96,39 +96,59 @@ def install():
         shutil.rmtree(path, ignore_errors=True)
 
 
-def test_a_torch_without_a_plugin_is_told_the_command_that_builds_it():
+# Each plugin is built by the test's own fixture, once, whichever test asks
+# first: each test runs alone as well as in the file.
+@pytest.fixture(scope="module")
+def pip_plugin():
+    """The pip venv's plugin, built by exactly the command the preload's
+    warning names (into the user's cache, with no CUDA toolkit to be found);
+    the job before it and the build, for the test that checks them."""
     plain = host([PIP_PYTHON] + SCENARIO)
     before = job(PIP_PYTHON)
-    assert before.returncode == 0 and before.stdout == plain.stdout, "without a plugin the job runs untouched"
     warnings = [line for line in fsdpskip_lines(before.stderr) if "warning:" in line]
-    assert len(warnings) == 1 and "no plugin for this process's torch" in warnings[0], before.stderr
-    command = warnings[0].split("build one with: ", 1)[1].split("; inactive")[0].split()
-    assert command[:3] == [PREFIX + "/bin/fsdpskip", "plugin", "build"], command
+    command = warnings[0].split("build one with: ", 1)[1].split("; inactive")[0].split() if len(warnings) == 1 else []
     env = without_policy(os.environ)
     env.update(XDG_CACHE_HOME=CACHE)
-    built = gpu_node.run(command, env, timeout=1800)  # exactly what the line says, with no CUDA toolkit
-    assert built.returncode == 0, built.stdout + built.stderr
+    built = gpu_node.run(command, env, timeout=1800) if command else None
     expected = os.path.join(CACHE, "fsdpskip", "plugins", build_id_of(PIP_PYTHON), "libfsdpskip_torch.so")
-    assert built.stdout.strip().endswith(expected), built.stdout
-    assert loaded_and_skipped(job(PIP_PYTHON)) == expected
+    return dict(plain=plain, before=before, warnings=warnings, command=command, built=built, expected=expected)
 
 
-def test_debians_torch_gets_a_plugin_in_the_install():
+@pytest.fixture(scope="module")
+def debian_plugin():
     built = host([PREFIX + "/bin/fsdpskip", "plugin", "build", "--python", DEBIAN_PYTHON, "--system"])
     assert built.returncode == 0, built.stdout + built.stderr
-    expected = os.path.join(PREFIX, "lib", "fsdpskip", "plugins", build_id_of(DEBIAN_PYTHON), "libfsdpskip_torch.so")
-    assert loaded_and_skipped(job(DEBIAN_PYTHON)) == expected
+    return os.path.join(PREFIX, "lib", "fsdpskip", "plugins", build_id_of(DEBIAN_PYTHON), "libfsdpskip_torch.so")
 
 
-def test_a_root_torch_gets_a_plugin_from_the_same_install():
+@pytest.fixture(scope="module")
+def root_plugin():
     built = in_root([inside(PREFIX) + "/bin/fsdpskip", "plugin", "build", "--python", "python3"])
     assert built.returncode == 0, built.stdout + built.stderr
-    expected = os.path.join(inside(CACHE), "fsdpskip", "plugins", build_id_of("python3", in_root),
-                            "libfsdpskip_torch.so")
-    assert loaded_and_skipped(job("python3", in_root, inside(PREFIX))) == expected
+    return os.path.join(inside(CACHE), "fsdpskip", "plugins", build_id_of("python3", in_root), "libfsdpskip_torch.so")
 
 
-def test_plugin_list_shows_one_plugin_per_torch():
+def test_a_torch_without_a_plugin_is_told_the_command_that_builds_it(pip_plugin):
+    before, warnings, command = pip_plugin["before"], pip_plugin["warnings"], pip_plugin["command"]
+    assert before.returncode == 0 and before.stdout == pip_plugin["plain"].stdout, \
+        "without a plugin the job runs untouched"
+    assert len(warnings) == 1 and "no plugin for this process's torch" in warnings[0], before.stderr
+    assert command[:3] == [PREFIX + "/bin/fsdpskip", "plugin", "build"], command
+    built = pip_plugin["built"]
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert built.stdout.strip().endswith(pip_plugin["expected"]), built.stdout
+    assert loaded_and_skipped(job(PIP_PYTHON)) == pip_plugin["expected"]
+
+
+def test_debians_torch_gets_a_plugin_in_the_install(debian_plugin):
+    assert loaded_and_skipped(job(DEBIAN_PYTHON)) == debian_plugin
+
+
+def test_a_root_torch_gets_a_plugin_from_the_same_install(root_plugin):
+    assert loaded_and_skipped(job("python3", in_root, inside(PREFIX))) == root_plugin
+
+
+def test_plugin_list_shows_one_plugin_per_torch(pip_plugin, debian_plugin, root_plugin):
     done = host([PREFIX + "/bin/fsdpskip", "plugin", "list", "--json"])
     assert done.returncode == 0, done.stderr
     plugins = json.loads(done.stdout)["plugins"]
@@ -137,7 +157,7 @@ def test_plugin_list_shows_one_plugin_per_torch():
     assert len(set(p["build_id"] for p in plugins)) == 3 and versions[0].startswith("1.13"), versions
 
 
-def test_plugin_list_marks_a_plugin_whose_libtorch_changed_as_stale(tmp_path):
+def test_plugin_list_marks_a_plugin_whose_libtorch_changed_as_stale(tmp_path, debian_plugin):
     """A copy of Debian's plugin claiming the libtorch file at the same path
     had another build-id: what an in-place torch upgrade leaves behind."""
     debian = next(p for p in json.loads(host([PREFIX + "/bin/fsdpskip", "plugin", "list", "--json"]).stdout)["plugins"]
@@ -161,7 +181,7 @@ def test_plugin_list_marks_a_plugin_whose_libtorch_changed_as_stale(tmp_path):
     assert row["status"].startswith("stale: ") and "now build-id " + debian["build_id"] in row["status"], row
 
 
-def test_doctor_names_the_plugin_it_would_load():
+def test_doctor_names_the_plugin_it_would_load(pip_plugin):
     done = host([PREFIX + "/bin/fsdpskip", "doctor", "--json", "--python", PIP_PYTHON])
     result = json.loads(done.stdout)
     plugin = next(c for c in result["checks"] if c["check"] == "plugin")
@@ -170,7 +190,7 @@ def test_doctor_names_the_plugin_it_would_load():
         plugin["detail"], plugin
 
 
-def test_a_plugin_directory_others_can_write_is_passed_over():
+def test_a_plugin_directory_others_can_write_is_passed_over(pip_plugin):
     directory = os.path.join(CACHE, "fsdpskip", "plugins", build_id_of(PIP_PYTHON))
     os.chmod(directory, 0o777)
     try:
