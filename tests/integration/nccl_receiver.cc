@@ -2,6 +2,8 @@
 // C API, one call of each kind the preload interposes (ncclBroadcast,
 // ncclBcast, ncclRecv), linked against the tests' stand-in libnccl.so.2. It
 // prints, per parameter, whether it holds rank 0's values afterwards.
+#include "nccl_datatypes.h"  // NCCL's own numbers (tests/CMakeLists.txt)
+
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -15,7 +17,7 @@ void fake_nccl_stage(const void* data, size_t bytes);
 }
 
 int main() {
-  constexpr int kFloat = 7;  // ncclFloat32
+  constexpr int kFloat = ncclFloat32;
   torch::manual_seed(0);
   torch::nn::Linear broadcast(64, 128), bcast(64, 128), recv(64, 128);
   int status = 0;
