@@ -29,6 +29,9 @@ def test_variables_set_then_removed_before_any_parameter_skip_nothing():
     plain, _ = scenario("environ_set_and_removed", preload=False, LOCAL_RANK=1)
     out, done = scenario("environ_set_and_removed", LOCAL_RANK=1)
     assert out == plain and done.stderr == ""
+    _, debug = scenario("environ_set_and_removed", LOCAL_RANK=1, FSDPSKIP_LOG="debug")
+    changes = [line.split("decision: ")[1].split()[0] for line in fsdpskip_lines(debug.stderr) if "after a change of" in line]
+    assert changes == ["active", "inactive"], debug.stderr
 
 
 def test_turning_off_part_way_initialises_later_models_and_keeps_earlier_skips_pending():

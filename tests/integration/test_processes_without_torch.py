@@ -41,9 +41,17 @@ SCRIPTS = {
 }
 
 
+def assert_active_there(variables):
+    """The preload reaches a program run this way and is active in it:
+    without that, an unchanged output would say nothing."""
+    done = run(["/bin/true"], FSDPSKIP_LOG="debug", **variables)
+    assert "decision at start-up: active" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c)[:40])
 @ACTIVE
 def test_same_output_status_and_stderr(command, variables):
+    assert_active_there(variables)
     plain = run(command, preload=False, input="b\na\nc\n", **variables)
     preloaded = run(command, preload=True, input="b\na\nc\n", **variables)
     assert (preloaded.returncode, preloaded.stdout, preloaded.stderr) == (plain.returncode, plain.stdout,
@@ -53,6 +61,7 @@ def test_same_output_status_and_stderr(command, variables):
 @pytest.mark.parametrize("script", SCRIPTS)
 @ACTIVE
 def test_shells_builds_and_git_in_a_project_are_unchanged(tmp_path, script, variables):
+    assert_active_there(variables)
     def in_a_fresh_project(preload):
         project = tmp_path / "project"  # the same path for both runs: paths appear in the output
         shutil.rmtree(str(project), ignore_errors=True)

@@ -1,4 +1,8 @@
 """Real python3-torch programs under the preload, one process each."""
+import json
+import os
+import tempfile
+
 import pytest
 
 from harness import fsdpskip_lines, scenario, summary_lines
@@ -9,7 +13,14 @@ def three_ways(name):
     plain, _ = scenario(name, preload=False)
     rank0, done0 = scenario(name, preload=True, LOCAL_RANK=0, FSDPSKIP="on")
     assert fsdpskip_lines(done0.stderr) == [], "rank 0 must print nothing"
-    rank1, done1 = scenario(name, preload=True, LOCAL_RANK=1, FSDPSKIP="on")
+    with tempfile.TemporaryDirectory() as directory:
+        report = os.path.join(directory, "report.json")
+        rank1, done1 = scenario(name, preload=True, LOCAL_RANK=1, FSDPSKIP="on", FSDPSKIP_REPORT=report)
+        # Rank 1's report at exit: the preload acted there, without which a
+        # comparison alone would pass.
+        assert os.path.exists(report), done1.stderr
+        with open(report) as written:
+            assert json.load(written)["local_rank"] == 1
     return plain, rank0, rank1, done1
 
 
@@ -111,10 +122,15 @@ def test_freed_parameter_address_is_never_skipped_again():
 
 def test_off_and_processes_without_rank_are_bitwise_identical():
     plain, _ = scenario("hf_init_weights", preload=False)
-    for variables in ({"FSDPSKIP": "off", "LOCAL_RANK": 1}, {"FSDPSKIP": "on"}, {}):
+    for variables, why in (({"FSDPSKIP": "off", "LOCAL_RANK": 1}, "(FSDPSKIP=off)"),
+                           ({"FSDPSKIP": "on"}, "no local rank variable is set"),
+                           ({}, "ACCELERATE_USE_FSDP is unset")):
         out, done = scenario("hf_init_weights", preload=True, **variables)
         assert out == plain, variables
         assert done.stderr == "", variables
+        _, debug = scenario("hf_init_weights", preload=True, FSDPSKIP_LOG="debug", **variables)
+        decision = [line for line in fsdpskip_lines(debug.stderr) if "decision at start-up: inactive" in line]
+        assert len(decision) == 1 and why in decision[0], debug.stderr
 
 
 def test_auto_mode_follows_accelerates_variables():
@@ -127,8 +143,9 @@ def test_auto_mode_follows_accelerates_variables():
 
 
 def test_quiet_silences_the_summary():
-    _, done = scenario("hf_init_weights", preload=True, LOCAL_RANK=1, FSDPSKIP="on", FSDPSKIP_LOG="quiet")
+    out, done = scenario("hf_init_weights", preload=True, LOCAL_RANK=1, FSDPSKIP="on", FSDPSKIP_LOG="quiet")
     assert done.stderr == ""
+    assert all(facts["zero"] for facts in out.values()), "quiet, and still skipping"
 
 
 def test_debug_and_trace_levels():
