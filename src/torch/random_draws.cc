@@ -180,14 +180,18 @@ at::Generator cpu_generator(const compat::GeneratorArgument& argument) {
   return argument.has_value() && argument->defined() ? *argument : at::detail::getDefaultCPUGenerator();
 }
 
+void advance_held(at::CPUGeneratorImpl* cpu, at::mt19937_data_pod& state, uint64_t draws) {
+  discard_draws(state, draws);
+  at::mt19937 engine = cpu->engine();
+  engine.set_data(state);
+  cpu->set_engine(engine);
+}
+
 void advance(const at::Generator& generator, uint64_t draws) {
   auto* cpu = at::check_generator<at::CPUGeneratorImpl>(generator);
   std::lock_guard<std::mutex> lock(cpu->mutex_);
-  at::mt19937 engine = cpu->engine();
-  at::mt19937_data_pod state = engine.data();
-  discard_draws(state, draws);
-  engine.set_data(state);
-  cpu->set_engine(engine);
+  at::mt19937_data_pod state = cpu->engine().data();
+  advance_held(cpu, state, draws);
 }
 
 }  // namespace fsdpskip

@@ -92,8 +92,7 @@ void GeneratorHistory::reserve() {
 void GeneratorHistory::advance(const at::Generator& generator, uint64_t draws, SkippedCall& call) {
   auto* cpu = at::check_generator<at::CPUGeneratorImpl>(generator);
   std::lock_guard<std::mutex> lock(cpu->mutex_);
-  at::mt19937 engine = cpu->engine();
-  at::mt19937_data_pod state = engine.data();
+  at::mt19937_data_pod state = cpu->engine().data();
   entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.generator.expired(); }),
                  entries_.end());  // their generators ended
   Entry* entry = nullptr;
@@ -113,9 +112,7 @@ void GeneratorHistory::advance(const at::Generator& generator, uint64_t draws, S
   }
   call.snapshot = entry->snapshot;
   call.offset = entry->offset;
-  discard_draws(state, draws);
-  engine.set_data(state);
-  cpu->set_engine(engine);
+  advance_held(cpu, state, draws);
   entry->expected = GeneratorFingerprint(state);
   entry->offset += draws;
 }
