@@ -29,7 +29,7 @@ extern "C" {
 #define FSDPSKIP_PLUGIN_ABI 11  // 11: which side of a collective this rank is on; a skipped call's arguments
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
-// As text: the plugin's identity section carries it ("abi=8"), so a plugin
+// As text: the plugin's identity section carries it ("abi=" and this number), so a plugin
 // of another ABI is passed over before it is loaded.
 #define FSDPSKIP_PLUGIN_ABI_TEXT FSDPSKIP_TEXT_OF(FSDPSKIP_PLUGIN_ABI)
 

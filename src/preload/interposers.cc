@@ -4,7 +4,7 @@
 // original can never drift apart and a debugger steps straight into the
 // forwarder.
 //
-// The kernel forwarders' inactive path is a test of g_active and a jump to
+// The kernel forwarders' inactive path is a test of g_routed and a jump to
 // the original through g_originals (never null: hooks.h): on x86-64, three
 // instructions. What an active process does is out of line (`active`). The notifying ones (set_requires_grad, broadcasts, chain
 // steps, comparisons) test the flag after or around the original's call.

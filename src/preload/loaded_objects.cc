@@ -314,11 +314,6 @@ void read_build_id(const Reader& reader, const char* path, uintptr_t base, char*
 
 }  // namespace
 
-bool read_memory(void* out, uintptr_t address, size_t size) {
-  Reader reader;
-  return reader.read(out, address, size);
-}
-
 int find_loaded_libraries(const char* const* prefixes, int prefix_count, LoadedLibrary* out, int capacity) {
   Reader reader;
   int count = 0;

@@ -48,9 +48,4 @@ void* find_function_anywhere(const char* name);
 bool loaded_library_identity(const char* prefix, char* path, size_t path_size, char* build_id,
                              size_t build_id_size);
 
-// Copies `size` bytes at `address` of this process into `out`; false when
-// any of them is not mapped. Never faults, unless plain reads are all this
-// process can do (see above).
-bool read_memory(void* out, uintptr_t address, size_t size);
-
 }  // namespace fsdpskip

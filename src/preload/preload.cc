@@ -22,7 +22,7 @@
 
 namespace fsdpskip {
 
-std::atomic<bool> g_active{false};
+std::atomic<bool> g_routed{false};
 Options g_options;
 
 namespace {
@@ -191,7 +191,7 @@ bool lock_at_exit() {
 void at_exit() {
   bool locked = lock_at_exit();
   g_exiting.store(true, std::memory_order_relaxed);
-  bool was_routed = g_active.exchange(false, std::memory_order_relaxed);
+  bool was_routed = g_routed.exchange(false, std::memory_order_relaxed);
   if (locked) pthread_mutex_unlock(&g_policy_lock);
   if (!was_routed) return;
   if (const fsdpskip_plugin* plugin = g_plugin.load(std::memory_order_acquire)) {
@@ -246,7 +246,7 @@ void decide(Options options, const char* cause, bool stated) {
   // Once loaded, the plugin keeps seeing copies, broadcasts and frees while
   // inactive: storages it skipped stay accounted for until rank 0's data lands.
   const fsdpskip_plugin* plugin = g_plugin.load(std::memory_order_acquire);
-  g_active.store(options.active || plugin != nullptr, std::memory_order_relaxed);
+  g_routed.store(options.active || plugin != nullptr, std::memory_order_relaxed);
   if (plugin != nullptr) plugin->policy_changed(opens_loading);
 }
 

@@ -14,8 +14,8 @@ namespace fsdpskip {
 // Cleared at exit before the plugin's shutdown work, so interposers that run
 // during shutdown forward to the original. A flag and nothing more (what the
 // active path reads is published by its own acquire and release): relaxed.
-extern std::atomic<bool> g_active __attribute__((visibility("hidden")));
-inline bool routed() { return g_active.load(std::memory_order_relaxed); }
+extern std::atomic<bool> g_routed __attribute__((visibility("hidden")));
+inline bool routed() { return g_routed.load(std::memory_order_relaxed); }
 extern Options g_options;  // the current decision
 
 // A variable named by `length` bytes at `name` (nullptr: the whole
@@ -28,7 +28,7 @@ void environment_changed(const char* name, size_t length, bool set);
 const fsdpskip_plugin* loaded_plugin();
 
 // nullptr in an inactive process (inline: an interposer's common path is one
-// load of g_active and the original's call), else loaded_plugin().
+// load of g_routed and the original's call), else loaded_plugin().
 inline const fsdpskip_plugin* active_plugin() {
   if (__builtin_expect(!routed(), 1)) return nullptr;
   return loaded_plugin();

@@ -51,7 +51,7 @@ README_COMMANDS = {
         "tests/site/test_slurm.py::test_srun_runs_the_job_under_fsdpskip",
     "accelerate launch --no_python … fsdpskip run -- python train.py":
         "tests/integration/test_frameworks.py::test_fsdpskip_run_inside_a_two_process_accelerate_launch",
-    "LD_PRELOAD=/opt/fsdpskip/0.1.0/lib/libfsdpskip.so torchrun --nproc_per_node 8 train.py":
+    "FSDPSKIP=on LD_PRELOAD=$VIRTUAL_ENV/lib/libfsdpskip.so torchrun --nproc_per_node 8 train.py":
         "tests/integration/test_distributed.py::test_rank1_skips_then_holds_rank0_values",
     "fsdpskip report fsdpskip/": "tests/integration/test_command.py::test_two_rank_job_through_run_then_report",
     "fsdpskip doctor --python python": "tests/integration/test_command.py::test_doctor_passes_this_torch_with_every_probe",

@@ -10,7 +10,7 @@ the same install, seen there through the checkout's mount at /src).
 Run by tools/test after the roots and the venv exist:
   FSDPSKIP_BUILD_DIR  the host's build tree (inside the checkout)
   FSDPSKIP_PIP_PYTHON the pip venv's python (tools/pip-venv ensure)
-  FSDPSKIP_ROOT       the Debian root (tools/torch-roots), default trixie
+  FSDPSKIP_TEST_ROOT  the Debian root (tools/torch-roots), default trixie
 """
 import json
 import os
@@ -29,7 +29,7 @@ import gpu_node  # noqa: E402
 
 BUILD = os.path.realpath(os.environ["FSDPSKIP_BUILD_DIR"])
 PIP_PYTHON = os.environ["FSDPSKIP_PIP_PYTHON"]
-ROOT = os.environ.get("FSDPSKIP_ROOT", "trixie")
+ROOT = os.environ.get("FSDPSKIP_TEST_ROOT", "trixie")  # not FSDPSKIP_ROOT, the modulefile's prefix
 DEBIAN_PYTHON = "/usr/bin/python3"
 PREFIX = os.path.join(BUILD, "one-install")
 CACHE = os.path.join(BUILD, "one-install-cache")  # the user's cache: XDG_CACHE_HOME
