@@ -9,6 +9,7 @@ session: module use, load, the 2-rank job through `fsdpskip run`, unload."""
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -17,7 +18,8 @@ import pytest
 from harness import BUILD_DIR, LIBM, LOAD_MODEL, PYTHON, SCENARIOS, SOURCE_DIR, environment, require, system_library
 
 LAUNCH = os.path.join(SOURCE_DIR, "tools", "workloads", "launch.py")
-VERSION = "0.1.0"
+with open(os.path.join(SOURCE_DIR, "CMakeLists.txt")) as cmake_lists:  # the version's one home
+    VERSION = re.search(r"project\(fsdpskip VERSION ([0-9.]+)", cmake_lists.read()).group(1)
 
 
 def _first(pattern):

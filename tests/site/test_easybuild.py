@@ -6,11 +6,14 @@ the root's torch and a job on local rank 1 skips.
   FSDPSKIP_BUILD_DIR  unused here (EasyBuild builds from the sources)
 """
 import os
+import re
 import subprocess
 import tarfile
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EASYCONFIG = os.path.join(SOURCE, "env", "easybuild", "fsdpskip-0.1.0.eb")
+with open(os.path.join(SOURCE, "CMakeLists.txt")) as cmake_lists:  # the version's one home
+    VERSION = re.search(r"project\(fsdpskip VERSION ([0-9.]+)", cmake_lists.read()).group(1)
+EASYCONFIG = os.path.join(SOURCE, "env", "easybuild", "fsdpskip-%s.eb" % VERSION)
 EB = "/opt/easybuild/bin/eb"
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 SCENARIOS = os.path.join(SOURCE, "tests", "integration", "scenarios.py")
@@ -19,13 +22,13 @@ RELEASED = ("CMakeLists.txt", "LICENSE", "README.md", "cmake", "docs", "env", "s
 
 
 def source_tarball(directory):
-    """fsdpskip-0.1.0.tar.gz where EasyBuild looks: <sourcepath>/f/fsdpskip/."""
+    """fsdpskip-<version>.tar.gz where EasyBuild looks: <sourcepath>/f/fsdpskip/."""
     target = os.path.join(directory, "f", "fsdpskip")
     os.makedirs(target)
-    path = os.path.join(target, "fsdpskip-0.1.0.tar.gz")
+    path = os.path.join(target, "fsdpskip-%s.tar.gz" % VERSION)
     with tarfile.open(path, "w:gz") as tar:
         for name in RELEASED:
-            tar.add(os.path.join(SOURCE, name), arcname="fsdpskip-0.1.0/" + name,
+            tar.add(os.path.join(SOURCE, name), arcname="fsdpskip-%s/" % VERSION + name,
                     filter=lambda info: None if "__pycache__" in info.name else info)
     return path
 
@@ -38,6 +41,8 @@ def bash(script, **variables):
 
 
 def test_easybuild_builds_a_module_whose_fsdpskip_works(tmp_path):
+    with open(EASYCONFIG) as easyconfig:
+        assert "\nversion = '%s'\n" % VERSION in easyconfig.read(), "the easyconfig's version is CMakeLists.txt's"
     sources, install = str(tmp_path / "sources"), str(tmp_path / "easybuild")
     source_tarball(sources)
     # eb runs with the first python on PATH that imports easybuild: the venv's.
@@ -46,14 +51,14 @@ def test_easybuild_builds_a_module_whose_fsdpskip_works(tmp_path):
                  % (EB, EASYCONFIG, sources, install, tmp_path / "build", tmp_path / "tmp"))
     assert built.returncode == 0 and "COMPLETED: Installation ended successfully" in built.stdout, \
         built.stdout[-4000:] + built.stderr[-2000:]
-    module = os.path.join(install, "modules", "all", "fsdpskip", "0.1.0.lua")
+    module = os.path.join(install, "modules", "all", "fsdpskip", VERSION + ".lua")
     assert os.path.exists(module), built.stdout[-2000:]
 
-    used = bash("module use %s/modules/all\nmodule load fsdpskip/0.1.0\ncommand -v fsdpskip\n"
+    used = bash("module use %s/modules/all\nmodule load fsdpskip/%s\ncommand -v fsdpskip\n"
                 "fsdpskip doctor --python /usr/bin/python3\n"
-                "LOCAL_RANK=1 fsdpskip run --mode on -- python3 %s hf_init_weights >/dev/null" % (install, SCENARIOS))
+                "LOCAL_RANK=1 fsdpskip run --mode on -- python3 %s hf_init_weights >/dev/null" % (install, VERSION, SCENARIOS))
     assert used.returncode == 0, used.stdout[-3000:] + used.stderr[-3000:]
-    assert used.stdout.splitlines()[0] == os.path.join(install, "software", "fsdpskip", "0.1.0", "bin", "fsdpskip")
+    assert used.stdout.splitlines()[0] == os.path.join(install, "software", "fsdpskip", VERSION, "bin", "fsdpskip")
     assert "verdict: fsdpskip can work with this torch" in used.stdout, used.stdout
     assert "local rank 1 pid" in used.stderr and "pending 0" in used.stderr, used.stderr
     print(built.stdout[-1500:])

@@ -9,6 +9,7 @@ it was (fsdpskip uninstalled; pyproject.toml's build requirements stay).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -58,6 +59,11 @@ def test_fsdpskip_is_on_the_venvs_path_and_its_doctor_passes(installed):
     env = venv_environment()
     found = subprocess.run(["sh", "-c", "command -v fsdpskip"], env=env, capture_output=True, text=True)
     assert found.stdout.strip() == installed
+    # The package's version is CMakeLists.txt's project(VERSION) (pyproject.toml reads it there).
+    with open(os.path.join(SOURCE, "CMakeLists.txt")) as cmake_lists:
+        version = re.search(r"project\(fsdpskip VERSION ([0-9.]+)", cmake_lists.read()).group(1)
+    shown = pip(PIP_PYTHON, "show", "fsdpskip")
+    assert "\nVersion: %s\n" % version in shown.stdout, shown.stdout
     done = subprocess.run(["fsdpskip", "doctor", "--json", "--python", PIP_PYTHON], env=env, capture_output=True,
                           text=True, timeout=600)
     result = json.loads(done.stdout)
