@@ -1,0 +1,163 @@
+// Skipping: a skipped call's bookkeeping (its generator's advance, its
+// record for a replay, the storage's release of pages), lazy zeros, audits,
+// skip sites and copies.
+#include "tracker_detail.h"
+
+namespace fsdpskip {
+using namespace tracker_detail;
+
+void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator,
+                      const fsdpskip_call_arguments* arguments) {
+  // The generator, the draws and the call's description first: they may
+  // throw (another device's generator, torch's own error, an allocation),
+  // and then nothing is committed and the kernel runs on self.
+  std::optional<at::Generator> drawn_from;
+  uint64_t draws = 0;
+  if (generator != nullptr && is_random(kernel)) {
+    draws = random_draws(kernel, self).value_or(0);  // decide_init ran only a call it could count
+    drawn_from = cpu_generator(*generator);
+  }
+  const char* unreplayable = nullptr;
+  SkippedCall call = describe_call(kernel, self, arguments, &unreplayable);
+  const at::Tensor* copy_source =
+      kernel == FSDPSKIP_COPY && arguments ? static_cast<const at::Tensor*>(arguments->value) : nullptr;
+  skip_storage(kernel, self, std::move(call), unreplayable, copy_source, drawn_from, draws);
+  if (drawn_from) t_last_advanced.emplace(drawn_from->getIntrusivePtr());
+}
+
+const char* Tracker::describe_copy_source_locked(const at::Tensor& src, SkippedCall& call) {
+  c10::StorageImpl* source = storage_of(src);
+  Record* record = source ? find_locked(source) : nullptr;
+  if (record == nullptr || record->role != Role::kParameter || !record->skipped)
+    return "a copy_ whose source was no longer a skipped storage is not replayed";
+  if (record->unreplayable != nullptr) return record->unreplayable;
+  call.source = std::make_shared<const CopySource>(CopySource{record->calls, source->nbytes(), geometry_of(src)});
+  return nullptr;
+}
+
+void Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, SkippedCall call, const char* unreplayable,
+                           const at::Tensor* copy_source, const std::optional<at::Generator>& generator,
+                           uint64_t draws) {
+  c10::StorageImpl* storage = storage_of(self);
+  if (storage == nullptr) return;
+  bool tagged = false, first = false;
+  c10::DeleterFnPtr deleter = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Record* record = find_locked(storage);
+    if (record != nullptr && record->role == Role::kParameter) {
+      // What may fail comes before anything is committed: then the kernel runs on self.
+      if (copy_source != nullptr && unreplayable == nullptr)
+        unreplayable = describe_copy_source_locked(*copy_source, call);
+      // A call that writes the whole storage makes every earlier one moot:
+      // a storage re-initialised in a loop keeps one call.
+      if (unreplayable == nullptr && covers_storage(self, record->storage)) record->calls.clear();
+      if (unreplayable == nullptr && record->calls.size() == record->calls.capacity())
+        record->calls.reserve(std::max<size_t>(2, 2 * record->calls.size()));
+      if (generator) generators_.reserve();
+      first = mark_skipped_locked(*record, kernel, self);
+      if (generator) generators_.advance(*generator, draws, call);
+      if (unreplayable == nullptr) record->calls.push_back(std::move(call));
+      else mark_unreplayable_locked(*record, unreplayable);
+      tagged = true;
+      deleter = original_deleter(record, storage);
+      ++stats_.calls[kernel];
+    }
+  }
+  // Its record went between the verdict and now (the policy changed on
+  // another thread): the kernel did not run, so at least no stale bytes.
+  if (!tagged) {
+    if (generator) advance(*generator, draws);
+    zero_tensor(self);
+    return;
+  }
+  // A skipped storage reads as zeros, never as stale contents (transformers
+  // #45050's NaN). The CPU allocator's private anonymous pages are released;
+  // device memory (the CUDA caching allocator's) is zeroed by torch's own
+  // zero_ on the current stream; CPU memory of other kinds (file mappings,
+  // shared or pinned memory) is left as it is.
+  size_t bytes = storage->nbytes();
+  Zeroed zeroed;
+  bool anonymous = from_cpu_allocator(storage, deleter), left = false;
+  if (anonymous) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
+  else if (storage->device_type() != c10::DeviceType::CPU && zero_with_torch(storage)) zeroed.written = bytes;
+  else left = true;
+  if (first) record_skip_stack(storage);
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Known zeros only where the comparisons' answers can use them: the CPU allocator's memory.
+  if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
+    set_zeros_locked(*record, anonymous && loading());
+  if (!first) return;
+  stats_[Counter::bytes_never_committed] += zeroed.released;
+  stats_[Counter::bytes_zeroed_by_writing] += zeroed.written;
+  if (left) stats_[Counter::bytes_left_unzeroed] += bytes;
+  log(FSDPSKIP_MESSAGE_DEBUG, "skipped init of", storage);
+}
+
+void Tracker::zero_lazily(const at::Tensor& self) {
+  char* begin;
+  size_t bytes;
+  if (!contiguous_range(self, &begin, &bytes)) return;  // decide_init checked it: cannot happen
+  // The CPU allocator's memory (decide_init checked): private anonymous pages.
+  bool loading_now = loading();
+  Zeroed zeroed = zero_range(begin, bytes, true);
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Written, although its pages are not in memory: not a placeholder,
+  // whether tagged already or later (zeros_like, then nn.Parameter).
+  c10::StorageImpl* storage = storage_of(self);
+  if (tracked_.load() != 0)
+    if (Record* record = find_locked(storage)) record->placeholder = false;
+  if (loading_now) zeroed_while_loading_.insert(compat::data_ptr(*storage).get());
+  ++stats_[Counter::lazy_zero_calls];
+  if (loading_now) stats_[Counter::lazy_zero_bytes_never_committed] += zeroed.released;
+}
+
+void Tracker::audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds) {
+  c10::StorageImpl* storage = storage_of(self);
+  if (storage == nullptr) return;
+  if (kernel == FSDPSKIP_COPY) tag(storage);
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.calls[kernel];
+    stats_[Counter::audited_kernel_ns] += nanoseconds;
+    if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
+      first = mark_skipped_locked(*record, kernel, self);
+  }
+  if (first) record_skip_stack(storage);
+}
+
+void Tracker::record_skip_stack(c10::StorageImpl* storage) {
+  // A forked child never reports; and its unwinder could wait on the linker's
+  // lock, copied as held if a parent thread was unwinding at the fork.
+  if (forked_child_) return;
+  try {
+    SkipStack stack = capture_skip_stack(stacks_.load());
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Resolved or freed meanwhile (another thread): its site no longer matters.
+    if (Record* record = find_locked(storage); record && record->site) record->site->stack = std::move(stack);
+  } catch (const std::exception&) {
+    // The skip is recorded already: its site goes without a stack.
+  }
+}
+
+void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
+  if (tracked_.load() == 0) return;
+  c10::StorageImpl* destination = storage_of(dst);
+  c10::StorageImpl* source = storage_of(src);
+  if (destination == nullptr || source == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record* target = find_locked(destination);
+  if (target == nullptr || target->role != Role::kParameter) return;
+  target->placeholder = false;  // written: a copy of anything
+  Record* origin = find_locked(source);
+  // Only rank 0's data resolves: a copy of a locally computed tensor (the
+  // resampling of torch >= 2.12's trunc_normal_, orthogonal_'s QR factor) does not.
+  if (origin != nullptr && origin->role == Role::kReceived && covers_storage(dst, destination))
+    return resolve_locked(*target, false);
+  // Values written over skipped ones, which a replay of the skipped calls
+  // alone would lose.
+  mark_unreplayable_locked(*target, "a copy_ into it after its init was skipped is not replayed");
+}
+
+}  // namespace fsdpskip
