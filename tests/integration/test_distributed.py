@@ -217,13 +217,15 @@ def test_the_never_written_scenario_ends_every_time():
     hold their collectives' tensors until the group is destroyed. The
     scenario that hung in 2 of about 80 runs under the preload, run 40 times
     two at a time (as ctest -j2 loads the machine), each within 120 s: every
-    run ends, and ends well."""
+    run ends, and ends well (under ASan too, where the placeholder is not
+    found never written: its allocator writes each allocation's start)."""
     def once(_):
         try:
             done = run([PYTHON, SCENARIOS, "never_written_placeholders"], LOCAL_RANK=1, FSDPSKIP="on", timeout=120)
         except subprocess.TimeoutExpired:
             return "hung"
-        return done.returncode if done.returncode or "never written 1" not in done.stderr else "ok"
+        trained = done.returncode == 0 and json.loads(done.stdout).get("trained") is True
+        return "ok" if trained else (done.returncode, done.stderr[-500:])
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         outcomes = list(pool.map(once, range(TEARDOWN_RUNS)))
     assert outcomes == ["ok"] * TEARDOWN_RUNS, outcomes
