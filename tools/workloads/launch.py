@@ -12,6 +12,8 @@ import os
 import re
 import socket
 import subprocess
+import threading
+import time
 
 # Debian's, with python3-torch (the first python3 on PATH may lack torch), or
 # the one the tests name (a venv with PyPI's torch: tools/pip-venv).
@@ -65,11 +67,16 @@ def run(script_args, env, nproc=2, timeout=None, prefix=()):
     whose stdout and stderr carry each rank's lines prefixed [default<rank>]:.
     `prefix` goes before the launcher (`fsdpskip run --`), or before each
     rank where ranks are started directly, as srun would."""
-    done = _run_once(script_args, env, nproc, timeout, prefix)
+    return _past_torch_exit_aborts(lambda: _run_once(script_args, env, nproc, timeout, prefix))
+
+
+def _past_torch_exit_aborts(run_once):
+    """run_once(), again while it ended in TORCH_EXIT_ABORT, twice at most."""
+    done = run_once()
     for _ in range(TORCH_EXIT_RERUNS):
         if done.returncode == 0 or TORCH_EXIT_ABORT not in done.stdout + done.stderr:
             break
-        done = _run_once(script_args, env, nproc, timeout, prefix)
+        done = run_once()
     return done
 
 
@@ -98,6 +105,10 @@ def run_nodes(script_args, env, nodes=2, nproc_per_node=2, timeout=None):
     Every node has this machine's host name. Returns a CompletedProcess
     whose stdout and stderr carry each rank's lines prefixed
     [default<global rank>]:."""
+    return _past_torch_exit_aborts(lambda: _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout))
+
+
+def _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout):
     port = free_port()
     world = nodes * nproc_per_node
     env = dict(env, USE_LIBUV=env.get("USE_LIBUV", "0"))
@@ -107,8 +118,10 @@ def run_nodes(script_args, env, nodes=2, nproc_per_node=2, timeout=None):
              "--nproc_per_node", str(nproc_per_node), "--redirects", "2", "--tee", "2", "--master_addr", "127.0.0.1",
              "--master_port", str(port)] + script_args,
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for node in range(nodes)]
-        outputs = [agent.communicate(timeout=timeout) for agent in agents]
-        status = next((agent.returncode for agent in agents if agent.returncode), 0)
+        outputs, ended = _until_one_fails(agents, timeout)
+        # The status of an agent that failed of itself, not of one ended for it.
+        status = next((agent.returncode for agent in agents if agent.returncode and agent not in ended),
+                      next((agent.returncode for agent in agents if agent.returncode), 0))
 
         def global_prefixes(text, node):  # an agent prefixes its node's local ranks
             return re.sub(r"\[default(\d+)\]:", lambda m: "[default%d]:" % (node * nproc_per_node + int(m.group(1))),
@@ -124,6 +137,35 @@ def run_nodes(script_args, env, nodes=2, nproc_per_node=2, timeout=None):
         workers.append(subprocess.Popen([PYTHON] + script_args, env=rank_env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True))
     return _gathered(script_args, workers, timeout)
+
+
+def _until_one_fails(agents, timeout):
+    """Each agent's (stdout, stderr), read as they run, and the agents ended
+    here. An agent that fails ends the others: torchrun's agent would
+    otherwise wait 300 s for its peer at the job's final barrier."""
+    outputs, ended = [None] * len(agents), []
+
+    def read(index):
+        outputs[index] = agents[index].communicate()
+    readers = [threading.Thread(target=read, args=(index,)) for index in range(len(agents))]
+    for reader in readers:
+        reader.start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while any(reader.is_alive() for reader in readers):
+        failed = any(agent.returncode not in (None, 0) for agent in agents)
+        late = deadline is not None and time.monotonic() > deadline
+        if failed or late:
+            for agent in agents:
+                if agent.returncode is None:
+                    agent.kill() if late else agent.terminate()
+                    ended.append(agent)
+            for reader in readers:
+                reader.join()
+            if late:
+                raise subprocess.TimeoutExpired(agents[0].args, timeout)
+            break
+        time.sleep(0.2)
+    return outputs, ended
 
 
 def _gathered(script_args, workers, timeout):
