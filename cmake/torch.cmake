@@ -91,14 +91,21 @@ find_library(FSDPSKIP_LIBC10 NAMES c10 HINTS ${TORCH_INSTALL_PREFIX}/lib NO_CACH
 # The C++ ABI (_GLIBCXX_USE_CXX11_ABI) libtorch was built with, read off
 # libc10's own symbols rather than a line of its CMake files: std::string and
 # std::vector<at::Tensor> cross the plugin's calls into torch, and a mismatch
-# would build, load and pass the build-id check, then corrupt memory.
-# c10::Device::str() returns a std::string: mangled with the [abi:cxx11] tag
-# exactly when libc10 was built with the new ABI (PyPI's x86-64 wheels up to
-# torch 2.6 were not).
-file(STRINGS "${FSDPSKIP_LIBC10}" abi_tags REGEX "_ZNK3c106Device3str(B5cxx11)?Ev")
-if(abi_tags MATCHES "_ZNK3c106Device3strB5cxx11Ev")
+# would build, load and pass the build-id check, then corrupt memory. Which
+# symbol tells it: src/common/cxx_abi.h, the doctor's too.
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/../src/common/cxx_abi.h" abi_symbols
+     REGEX "^#define FSDPSKIP_(PRE_)?CXX11_ABI_SYMBOL \"[^\"]+\"$")
+foreach(line ${abi_symbols})
+  string(REGEX MATCH "^#define (FSDPSKIP_[A-Z0-9_]+) \"([^\"]+)\"$" _ "${line}")
+  set(${CMAKE_MATCH_1} ${CMAKE_MATCH_2})
+endforeach()
+if(NOT FSDPSKIP_CXX11_ABI_SYMBOL OR NOT FSDPSKIP_PRE_CXX11_ABI_SYMBOL)
+  message(FATAL_ERROR "fsdpskip: src/common/cxx_abi.h does not name the two ABI symbols")
+endif()
+file(STRINGS "${FSDPSKIP_LIBC10}" abi_tags REGEX "${FSDPSKIP_PRE_CXX11_ABI_SYMBOL}|${FSDPSKIP_CXX11_ABI_SYMBOL}")
+if(abi_tags MATCHES "${FSDPSKIP_CXX11_ABI_SYMBOL}")
   set(FSDPSKIP_TORCH_CXX11_ABI 1)
-elseif(abi_tags MATCHES "_ZNK3c106Device3strEv")
+elseif(abi_tags MATCHES "${FSDPSKIP_PRE_CXX11_ABI_SYMBOL}")
   set(FSDPSKIP_TORCH_CXX11_ABI 0)
 else()
   message(FATAL_ERROR "fsdpskip: cannot tell which C++ ABI ${FSDPSKIP_LIBC10} was built with (no "

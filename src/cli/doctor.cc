@@ -6,7 +6,9 @@
 // see every hook fire and skip.
 #include <cxxabi.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <regex>
 #include <sstream>
 
+#include "../common/cxx_abi.h"
 #include "../common/libraries.h"
 #include "../common/options_table.h"
 #include "../common/plugin_abi.h"
@@ -98,11 +101,13 @@ std::string decision_text(const Options& options) {
   return std::string(options.active ? "active" : "inactive") + " (" + options.reason + ")";
 }
 
-// Each interposed row: exported by the library that defines it and reached
-// through a dynamic relocation from libtorch (what LD_PRELOAD redirects).
-// Returns libtorch_cpu's GNU build-id ("" when it could not be read).
-std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
-  std::map<std::string, ElfFacts> facts;
+// What the ELF files of torch's libraries say, by soname prefix.
+using LibraryFacts = std::map<std::string, ElfFacts>;
+
+// Each of torch's libraries read: a row for one that cannot be, or that
+// binds its own calls.
+LibraryFacts read_libraries(const Torch& torch, std::vector<Check>* checks) {
+  LibraryFacts facts;
   for (Library library : kLibraries) {
     const std::string& path = library_path(torch, library);
     if (path.empty()) continue;
@@ -116,6 +121,13 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
       checks->push_back({std::string("reading ") + library_prefix(library), Status::kFail, error});
     }
   }
+  return facts;
+}
+
+// Each interposed row: exported by the library that defines it and reached
+// through a dynamic relocation from libtorch (what LD_PRELOAD redirects).
+// Returns libtorch_cpu's GNU build-id ("" when it could not be read).
+std::string check_symbols(const Torch& torch, const LibraryFacts& facts, std::vector<Check>* checks) {
   std::map<std::string, std::string> present_in_family;
   for (const HookRow& row : kHookRows) {
     auto defining = facts.find(library_prefix(row.library));
@@ -171,21 +183,22 @@ std::string check_symbols(const Torch& torch, std::vector<Check>* checks) {
     checks->push_back({name, Status::kOk,
                        std::string("exported by ") + library_prefix(row.library) + ", called through a relocation"});
   }
-  // The C++ ABI, read as cmake/torch.cmake reads it for the plugin's build:
-  // c10::Device::str() returns a std::string, tagged [abi:cxx11] exactly
-  // under the new ABI.
-  auto c10 = facts.find(library_prefix(Library::kC10));
-  if (c10 != facts.end()) {
-    const std::set<std::string>& exported = c10->second.exported;
-    bool cxx11 = exported.count("_ZNK3c106Device3strB5cxx11Ev") != 0, old = exported.count("_ZNK3c106Device3strEv") != 0;
-    checks->push_back({"C++ ABI", cxx11 || old ? Status::kOk : Status::kFail,
-                       cxx11 ? "the cxx11 ABI (_GLIBCXX_USE_CXX11_ABI=1), read off libc10's symbols"
-                       : old ? "the pre-cxx11 ABI (_GLIBCXX_USE_CXX11_ABI=0), read off libc10's symbols"
-                             : "cannot be told from libc10's symbols (no c10::Device::str()): a plugin cannot be "
-                               "built for it"});
-  }
   auto libtorch = facts.find(library_prefix(Library::kTorchCpu));
   return libtorch != facts.end() ? libtorch->second.build_id : "";
+}
+
+// The C++ ABI libc10 was built with, told as the plugin's build tells it
+// (src/common/cxx_abi.h).
+void check_cxx_abi(const LibraryFacts& facts, std::vector<Check>* checks) {
+  auto c10 = facts.find(library_prefix(Library::kC10));
+  if (c10 == facts.end()) return;
+  const std::set<std::string>& exported = c10->second.exported;
+  bool cxx11 = exported.count(FSDPSKIP_CXX11_ABI_SYMBOL) != 0, old = exported.count(FSDPSKIP_PRE_CXX11_ABI_SYMBOL) != 0;
+  checks->push_back({"C++ ABI", cxx11 || old ? Status::kOk : Status::kFail,
+                     cxx11 ? "the cxx11 ABI (_GLIBCXX_USE_CXX11_ABI=1), read off libc10's symbols"
+                     : old ? "the pre-cxx11 ABI (_GLIBCXX_USE_CXX11_ABI=0), read off libc10's symbols"
+                           : "cannot be told from libc10's symbols (no c10::Device::str()): a plugin cannot be "
+                             "built for it"});
 }
 
 // True when the preload would load a plugin built for exactly this libtorch
@@ -225,10 +238,10 @@ void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::
                const Layout& layout, const std::string& scratch, std::vector<Check>* checks) {
   for (const auto& [name, value] : clean_environment()) set.emplace(name, value);
   set["LD_PRELOAD"] = layout.preload;
-  set["FSDPSKIP"] = "on";
-  set["FSDPSKIP_LOCAL_RANK"] = "1";
-  set["FSDPSKIP_LOG"] = "trace";
-  set["FSDPSKIP_REPORT"] = scratch + "/report.json";
+  set[option_of(OptionRole::kMode).name] = "on";
+  set[option_of(OptionRole::kLocalRank).name] = "1";  // the first local-rank row: before any launcher's
+  set[option_of(OptionRole::kLogLevel).name] = "trace";
+  set[option_of(OptionRole::kReport).name] = scratch + "/report.json";
   set["OMP_NUM_THREADS"] = "1";
   Finished probe = run_program(argv, set, scratch, 300);
   std::istringstream lines(probe.out);
@@ -266,6 +279,26 @@ void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::
                          ", " + std::to_string(pending) + " pending at exit"});
 }
 
+// The results as `--json` prints them.
+json results_json(bool ok, const std::vector<Check>& checks, const Decision& decision, const Platform& platform,
+                  const std::optional<Torch>& torch) {
+  json variables = json::object();
+  for (const auto& [name, value] : decision.set) variables[name] = value;
+  json out = {{"verdict", ok ? "ok" : "fail"},
+              {"checks", json::array()},
+              {"decision",
+               {{"active", decision.options.active}, {"reason", decision.options.reason},
+                {"error", decision.options.error}, {"variables", variables}}}};
+  out["platform"] = {{"architecture", platform.architecture}, {"kernel_machine", platform.kernel_machine},
+                     {"page_size", platform.page_size}, {"glibc", platform.glibc}, {"multiarch", platform.multiarch}};
+  if (torch)
+    out["torch"] = {{"version", torch->version}, {"origin", torch->origin},
+                    {"libtorch_cpu", library_path(*torch, Library::kTorchCpu)}};
+  for (const Check& check : checks)
+    out["checks"].push_back({{"check", check.name}, {"status", status_word(check.status)}, {"detail", check.detail}});
+  return out;
+}
+
 }  // namespace
 
 int doctor(const DoctorOptions& options) {
@@ -286,7 +319,9 @@ int doctor(const DoctorOptions& options) {
   } else {
     checks.push_back({"torch", Status::kOk, torch->version + " (" + torch->origin + "): " +
                                                 library_path(*torch, Library::kTorchCpu)});
-    std::string build_id = check_symbols(*torch, &checks);
+    LibraryFacts facts = read_libraries(*torch, &checks);
+    std::string build_id = check_symbols(*torch, facts, &checks);
+    check_cxx_abi(facts, &checks);
     bool plugin_matches = check_plugin(*torch, build_id, layout, &checks);
     if (!plugin_matches) {
       checks.push_back({"live probe", Status::kNotApplicable, "not run: no plugin for this torch"});
@@ -304,22 +339,9 @@ int doctor(const DoctorOptions& options) {
 
   bool ok = true;
   for (const Check& check : checks) ok = ok && check.status != Status::kFail;
+  json results = results_json(ok, checks, decision, platform, torch);
   if (options.json) {
-    json variables = json::object();
-    for (const auto& [name, value] : decision.set) variables[name] = value;
-    json out = {{"verdict", ok ? "ok" : "fail"},
-                {"checks", json::array()},
-                {"decision",
-                 {{"active", decision.options.active}, {"reason", decision.options.reason},
-                  {"error", decision.options.error}, {"variables", variables}}}};
-    out["platform"] = {{"architecture", platform.architecture}, {"kernel_machine", platform.kernel_machine},
-                       {"page_size", platform.page_size}, {"glibc", platform.glibc}, {"multiarch", platform.multiarch}};
-    if (torch)
-      out["torch"] = {{"version", torch->version}, {"origin", torch->origin},
-                      {"libtorch_cpu", library_path(*torch, Library::kTorchCpu)}};
-    for (const Check& check : checks)
-      out["checks"].push_back({{"check", check.name}, {"status", status_word(check.status)}, {"detail", check.detail}});
-    printf("%s\n", json_text(out, 2).c_str());
+    printf("%s\n", json_text(results, 2).c_str());
   } else {
     TextTable table({"check", "result", "detail"});
     for (const Check& check : checks) table.add({check.name, status_word(check.status), check.detail});
@@ -329,6 +351,16 @@ int doctor(const DoctorOptions& options) {
     for (const auto& [name, value] : decision.set) variables += (variables.empty() ? "" : " ") + name + "=" + value;
     printf("this environment: %s\n  variables set: %s\n", decision_text(decision.options).c_str(),
            variables.empty() ? "none" : variables.c_str());
+  }
+  if (!options.json_file.empty()) {
+    FILE* file = fopen(options.json_file.c_str(), "w");
+    bool written = file != nullptr && fputs((json_text(results, 2) + "\n").c_str(), file) >= 0;
+    int cause = errno;
+    if (file != nullptr && fclose(file) != 0 && written) written = false, cause = errno;
+    if (!written) {
+      fprintf(stderr, "fsdpskip doctor: cannot write %s: %s\n", options.json_file.c_str(), strerror(cause));
+      return 2;
+    }
   }
   return ok ? 0 : 1;
 }

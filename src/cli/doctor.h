@@ -10,6 +10,7 @@ struct DoctorOptions {
   std::string python = "python3";  // a Python whose torch to check (unused when libtorch is given)
   std::string libtorch;  // a LibTorch directory
   bool json = false;
+  std::string json_file;  // also write the JSON results here
 };
 int doctor(const DoctorOptions& options);
 

@@ -4,6 +4,8 @@
 // SUBCOMMAND --help` for each.
 #include <stdio.h>
 
+#include "../common/options_table.h"
+#include "../common/report_template.h"
 #include "arguments.h"
 #include "doctor.h"
 #include "plugin.h"
@@ -11,6 +13,8 @@
 #include "run.h"
 
 using namespace fsdpskip::cli;
+using fsdpskip::option_of;
+using fsdpskip::OptionRole;
 
 namespace {
 
@@ -26,6 +30,28 @@ std::vector<Option> with(std::vector<Option> first, const std::vector<Option>& m
   return first;
 }
 
+// The words options.def accepts for a variable ("auto, on, off, audit").
+std::vector<std::string> accepted_words(OptionRole role) {
+  std::vector<std::string> words;
+  std::string accepted = option_of(role).accepted;
+  for (size_t start = 0, end; start <= accepted.size(); start = end + 2) {
+    end = accepted.find(", ", start);
+    if (end == std::string::npos) end = accepted.size();
+    words.push_back(accepted.substr(start, end - start));
+  }
+  return words;
+}
+
+std::string variable(OptionRole role) { return option_of(role).name; }
+
+// "%r rank, %l local rank, ...": report_template.h's rows.
+std::string report_sequences() {
+  std::string text;
+  for (const fsdpskip::ReportSequence& sequence : fsdpskip::kReportSequences)
+    text += std::string(text.empty() ? "" : ", ") + "%" + sequence.letter + " " + sequence.meaning;
+  return text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -34,19 +60,18 @@ int main(int argc, char** argv) {
   PluginBuildOptions build_options;
   PluginListOptions list_options;
   ReportOptions report_options;
-  const std::vector<std::string> modes = {"auto", "on", "off", "audit"};
-  const std::vector<std::string> levels = {"quiet", "summary", "debug", "trace"};
-
   const std::vector<Subcommand> table = {
       {{"run"},
        "Run COMMAND with libfsdpskip.so first in LD_PRELOAD",
-       {{"--mode", "", "MODE", "FSDPSKIP for the job (default: as the environment has it, else auto)", modes,
-         &run.mode},
+       {{"--mode", "", "MODE",
+         variable(OptionRole::kMode) + " for the job (default: as the environment has it, else " +
+             option_of(OptionRole::kMode).default_value + ")",
+         accepted_words(OptionRole::kMode), &run.mode},
         {"--report", "", "TEMPLATE",
-         "FSDPSKIP_REPORT: a JSON report per active process (%r rank, %l local rank, %p pid, %h host, %j "
-         "SLURM_JOB_ID)",
-         {}, &run.report_template},
-        {"--log", "", "LEVEL", "FSDPSKIP_LOG", levels, &run.log_level}},
+         variable(OptionRole::kReport) + ": a JSON report per active process (" + report_sequences() + ")", {},
+         &run.report_template},
+        {"--log", "", "LEVEL", variable(OptionRole::kLogLevel), accepted_words(OptionRole::kLogLevel),
+         &run.log_level}},
        "COMMAND [ARGS...]",
        &run.command,
        true,
@@ -62,11 +87,14 @@ int main(int argc, char** argv) {
       {{"doctor"},
        "Check that fsdpskip can work with a torch installation: symbols, plugin, live probe",
        with(torch_options("check", &doctor_options.python, &doctor_options.libtorch),
-            {{"--json", "", "", "print the results as JSON", {}, nullptr, &doctor_options.json}}),
+            {{"--json", "", "", "print the results as JSON", {}, nullptr, &doctor_options.json},
+             {"--json-file", "", "FILE", "also write the results as JSON to FILE (for a site's records)", {},
+              &doctor_options.json_file}}),
        "",
        nullptr,
        false,
-       "Exit status: 0 when fsdpskip can work with that torch, 1 when something would stop it.\n",
+       "Exit status: 0 when fsdpskip can work with that torch, 1 when something would stop it, 2 when FILE cannot "
+       "be written.\n",
        [&] { return doctor(doctor_options); }},
       {{"plugin", "build"},
        "Build the plugin for a torch, into your cache (or the install's plugins with --system)",

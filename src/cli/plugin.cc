@@ -210,8 +210,9 @@ int plugin_list(const PluginListOptions& options) {
   Layout layout = installed_layout();
   std::vector<Listed> rows = every_plugin(layout);
   if (options.json) {
-    json out = {{"places", {{"beside the preload", layout.plugin}, {"the install's plugins", layout.plugins},
-                            {"the user's cache", cache_directory()}}},
+    json out = {{"places", {{plugin_place_name(PluginPlace::kBeside), layout.plugin},
+                            {plugin_place_name(PluginPlace::kInstall), layout.plugins},
+                            {plugin_place_name(PluginPlace::kCache), cache_directory()}}},
                 {"plugins", json::array()}};
     for (const Listed& row : rows)
       out["plugins"].push_back({{"place", row.place}, {"path", row.path}, {"torch", row.torch},
@@ -220,8 +221,8 @@ int plugin_list(const PluginListOptions& options) {
     return 0;
   }
   printf("searched in this order (the first plugin built for the running libtorch is loaded):\n"
-         "  FSDPSKIP_PLUGIN, when set (then nothing else)\n  %s\n  %s/<build-id>/\n  %s/<build-id>/\n",
-         layout.plugin.c_str(), layout.plugins.c_str(),
+         "  %s, when set (then nothing else)\n  %s\n  %s/<build-id>/\n  %s/<build-id>/\n",
+         plugin_place_name(PluginPlace::kVariable), layout.plugin.c_str(), layout.plugins.c_str(),
          cache_directory().empty() ? "(no user cache: HOME is not absolute)" : cache_directory().c_str());
   if (rows.empty()) {
     printf("no plugins: build one with fsdpskip plugin build --python PY (or --libtorch DIR)\n");

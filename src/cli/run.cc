@@ -8,8 +8,9 @@
 
 #include <cstdio>
 
-#include "run.h"
+#include "../common/options_table.h"
 #include "layout.h"
+#include "run.h"
 
 namespace fsdpskip::cli {
 namespace {
@@ -48,9 +49,10 @@ int run_command(const RunOptions& options) {
   }
   std::string preload = preload_list_with(layout.preload, getenv("LD_PRELOAD"));
   setenv("LD_PRELOAD", preload.c_str(), 1);
-  if (!options.mode.empty()) setenv("FSDPSKIP", options.mode.c_str(), 1);
-  if (!options.report_template.empty()) setenv("FSDPSKIP_REPORT", options.report_template.c_str(), 1);
-  if (!options.log_level.empty()) setenv("FSDPSKIP_LOG", options.log_level.c_str(), 1);
+  if (!options.mode.empty()) setenv(option_of(OptionRole::kMode).name, options.mode.c_str(), 1);
+  if (!options.report_template.empty())
+    setenv(option_of(OptionRole::kReport).name, options.report_template.c_str(), 1);
+  if (!options.log_level.empty()) setenv(option_of(OptionRole::kLogLevel).name, options.log_level.c_str(), 1);
 
   std::vector<char*> argv;
   for (const std::string& argument : options.command) argv.push_back(const_cast<char*>(argument.c_str()));

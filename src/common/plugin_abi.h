@@ -39,23 +39,13 @@ extern "C" {
 // map a second copy.
 #define FSDPSKIP_TORCH_ID_SECTION ".fsdpskip_torch_id"
 
-// Kernels the plugin counts; the hook table maps symbols to them.
+// Kernels the plugin counts, one row each in kernels.def (part of this
+// ABI); the hook table maps symbols to them.
 typedef enum fsdpskip_kernel {
   FSDPSKIP_NO_KERNEL = -1,  // a hook-table row that only notifies (hooks.def); never passed to the plugin
-  FSDPSKIP_NORMAL,
-  FSDPSKIP_UNIFORM,
-  FSDPSKIP_ZERO,
-  FSDPSKIP_FILL,
-  FSDPSKIP_COPY,
-  FSDPSKIP_CHAIN,  // later steps of an init chain (erfinv_, mul_, add_, clamp_)
-  // Comparisons with a scalar, `|` and any() whose inputs are known to hold
-  // zeros (trunc_normal_'s rejection test from torch 2.12 on).
-  FSDPSKIP_LT,
-  FSDPSKIP_LE,
-  FSDPSKIP_GT,
-  FSDPSKIP_GE,
-  FSDPSKIP_OR,
-  FSDPSKIP_ANY,
+#define KERNEL(id, name) FSDPSKIP_##id,
+#include "kernels.def"
+#undef KERNEL
   FSDPSKIP_KERNEL_COUNT
 } fsdpskip_kernel;
 

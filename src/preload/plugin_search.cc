@@ -10,6 +10,7 @@
 
 #include "../common/elf_file.h"
 #include "../common/install_layout.h"
+#include "../common/options_table.h"
 #include "../common/plugin_abi.h"
 #include "../common/torch_identity.h"
 
@@ -151,7 +152,7 @@ int open_safely(const char* path, uid_t install_owner, PluginExamination* result
 
 const char* plugin_place_name(PluginPlace place) {
   switch (place) {
-    case PluginPlace::kVariable: return "FSDPSKIP_PLUGIN";
+    case PluginPlace::kVariable: return option_of(OptionRole::kPlugin).name;
     case PluginPlace::kBeside: return "beside the preload";
     case PluginPlace::kInstall: return "the install's plugins";
     case PluginPlace::kCache: return "the user's cache";

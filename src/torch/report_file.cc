@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../common/report_template.h"
+
 namespace fsdpskip {
 namespace {
 
@@ -63,7 +65,9 @@ bool expand_report_path(const std::string& path_template, const ReportContext& c
       default:
         *error = i < path_template.size() ? std::string("unknown sequence %") + path_template[i]
                                           : std::string("a % at the end");
-        *error += " (known: %r %l %p %h %j %%)";
+        *error += " (known:";
+        for (const ReportSequence& sequence : kReportSequences) (*error += " %") += sequence.letter;
+        *error += ")";
         return false;
     }
   }

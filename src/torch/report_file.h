@@ -15,9 +15,10 @@ struct ReportContext {
   int pid;
 };
 
-// Expands %r %l %p %h %j %% in a FSDPSKIP_REPORT template into the report's
-// path; false, with the sequence named in `error`, for a `%` sequence it does
-// not know (a typo is never written out as a literal path).
+// Expands the `%` sequences of a FSDPSKIP_REPORT template
+// (src/common/report_template.h) into the report's path; false, with the
+// sequence named in `error`, for a `%` sequence it does not know (a typo is
+// never written out as a literal path).
 bool expand_report_path(const std::string& path_template, const ReportContext& context, std::string* path,
                         std::string* error);
 

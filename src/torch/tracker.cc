@@ -7,10 +7,11 @@ namespace fsdpskip {
 using namespace tracker_detail;
 
 const char* kernel_name(fsdpskip_kernel kernel) {
-  // In fsdpskip_kernel's order (plugin_abi.h).
-  static const char* const kNames[] = {"normal_", "uniform_", "zero_", "fill_", "copy_",      "chain",
-                                       "lt",      "le",       "gt",    "ge",    "bitwise_or", "any"};
-  static_assert(sizeof kNames / sizeof kNames[0] == FSDPSKIP_KERNEL_COUNT, "a name for every kernel");
+  static const char* const kNames[] = {
+#define KERNEL(id, name) name,
+#include "../common/kernels.def"
+#undef KERNEL
+  };
   return kernel >= 0 && kernel < FSDPSKIP_KERNEL_COUNT ? kNames[kernel] : "?";
 }
 

@@ -231,9 +231,15 @@ def doctor_json(*args, **variables):
 @pytest.mark.second_build
 @pytest.mark.emulated
 def test_doctor_passes_this_torch_with_every_probe(tmp_path):
-    status, result = doctor_json("--python", PYTHON)
+    # One run (its live probe is the slow part) for the table and the JSON.
+    human = fsdpskip("doctor", "--python", PYTHON, "--json-file", str(tmp_path / "doctor.json"))
+    with open(tmp_path / "doctor.json") as written:
+        result = json.load(written)
     checks = {c["check"]: c for c in result["checks"]}
-    assert status == 0 and result["verdict"] == "ok", json.dumps(result, indent=1)
+    assert human.returncode == 0 and result["verdict"] == "ok", json.dumps(result, indent=1) + human.stderr
+    assert "verdict: fsdpskip can work with this torch" in human.stdout, human.stdout
+    for name, c in checks.items():
+        assert re.search(r"^%s +%s " % (re.escape(name), re.escape(c["status"])), human.stdout, re.M), (name, human.stdout)
     import torch
     assert result["torch"]["version"] == torch.__version__
     probes = {name: c for name, c in checks.items() if name.startswith("probe ")}
@@ -281,8 +287,6 @@ def test_doctor_passes_this_torch_with_every_probe(tmp_path):
         assert set(nccl.values()) == {"ok"}, nccl
     else:
         assert set(nccl.values()) == {"n/a"}, nccl
-    human = fsdpskip("doctor", "--python", PYTHON)
-    assert human.returncode == 0 and "verdict: fsdpskip can work with this torch" in human.stdout
 
 
 @pytest.mark.every_torch
@@ -366,16 +370,25 @@ def test_doctor_reads_a_libtorch_directory():
     ({"FSDPSKIP": "on", "LOCAL_RANK": "0"}, False, "local rank 0 reads the checkpoint"),
     ({"FSDPSKIP": "maybe", "LOCAL_RANK": "1"}, False, 'FSDPSKIP="maybe" is not valid'),
 ])
-def test_doctor_shows_the_decision_for_this_environment(variables, active, needle):
+def test_doctor_shows_the_decision_for_this_environment(tmp_path, variables, active, needle):
     """The decision the preload would make here, with its reason, as
     FSDPSKIP_LOG=debug prints it (an ELF fixture: no probe runs)."""
     fixture = os.path.join(BUILD_DIR, "fixtures", "plt")
-    _, result = doctor_json("--libtorch", fixture, **variables)
-    decision = result["decision"]
+    human = fsdpskip("doctor", "--libtorch", fixture, "--json-file", str(tmp_path / "doctor.json"), **variables).stdout
+    with open(tmp_path / "doctor.json") as written:
+        decision = json.load(written)["decision"]
     assert decision["active"] is active and needle in decision["reason"] + decision["error"], decision
     assert decision["variables"] == variables
-    human = fsdpskip("doctor", "--libtorch", fixture, **variables).stdout
     assert "this environment: %s" % ("active" if active else "inactive") in human and needle in human, human
+
+
+def test_doctor_names_a_json_file_it_cannot_write_in_one_line(tmp_path):
+    """The table is still printed; then one line, and status 2."""
+    fixture = os.path.join(BUILD_DIR, "fixtures", "plt")
+    target = tmp_path / "missing" / "doctor.json"
+    done = fsdpskip("doctor", "--libtorch", fixture, "--json-file", str(target))
+    assert done.returncode == 2 and "verdict: " in done.stdout, done.stdout + done.stderr
+    assert done.stderr == "fsdpskip doctor: cannot write %s: No such file or directory\n" % target, done.stderr
 
 
 @pytest.mark.parametrize("variant,needles", [
@@ -425,6 +438,17 @@ def test_installed_tree_works_after_it_is_moved(tmp_path):
                  "libexec/fsdpskip/fsdpskip-probe",
                  "share/doc/fsdpskip/README.md", "share/doc/fsdpskip/LICENSE", "share/doc/fsdpskip/docs/install.md"):
         assert (moved / path).is_file(), path
+    # The manual's links lead somewhere in the installed tree as in the checkout.
+    manual = moved / "share" / "doc" / "fsdpskip"
+    pages = sorted(manual.rglob("*.md"))
+    assert len(pages) > 15, pages
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            path = target.split("#")[0]
+            if path and not re.match(r"[a-z]+:", path) and not (page.parent / path).exists():
+                broken.append("%s: %s" % (page.relative_to(manual), target))
+    assert not broken, broken
     status, result = doctor_json("--python", PYTHON, command=command)
     assert status == 0, json.dumps(result, indent=1)
     checks = {c["check"]: c["detail"] for c in result["checks"]}

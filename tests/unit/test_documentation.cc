@@ -1,15 +1,20 @@
 // The documentation's tables of shared facts are the tables themselves,
 // rendered: options.def as "Environment" in docs/configuration.md, report.def
-// as the report's schema in docs/report.md. A failure prints the table to
-// paste.
+// as the report's schema in docs/report.md, hooks.def as the symbol table in
+// docs/torch-symbols.md. A failure prints the table to paste.
+#include <cxxabi.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
+#include "../../src/common/libraries.h"
 #include "../../src/common/options_table.h"
 #include "../../src/common/report_table.h"
+#include "hooks.h"
 
 namespace fsdpskip {
 namespace {
@@ -88,6 +93,49 @@ TEST(Documentation, ReportTableIsReportDef) {
   EXPECT_EQ(table_after(source_file(kReport), kReportHeading), report_table())
       << "paste into " << kReport << " under \"" << kReportHeading << "\":\n"
       << report_table();
+}
+
+// A row's function as c++filt shows it; NCCL's C functions by their name.
+std::string function_of(const HookRow& row) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(row.mangled, nullptr, nullptr, &status), free);
+  if (status == 0 && name) return name.get();
+  return std::string(row.mangled) + " (NCCL's C API)";
+}
+
+std::string hook_table() {
+  std::string table = "| row | function | mangled name | library |\n|---|---|---|---|\n";
+  for (const HookRow& row : kHookRows) {
+    std::string library = library_prefix(row.library);
+    table += std::string("| `") + row.id + "` | " + function_of(row) + " | `" + row.mangled + "` | " +
+             library.substr(0, library.find(".so")) + " |\n";
+  }
+  return table;
+}
+
+const char kTorchSymbols[] = "docs/torch-symbols.md";
+
+TEST(Documentation, SymbolTableIsHooksDef) {
+  EXPECT_EQ(table_after(source_file(kTorchSymbols), "## Every row of `hooks.def`"), hook_table())
+      << "paste into " << kTorchSymbols << " under \"## Every row of `hooks.def`\":\n"
+      << hook_table();
+}
+
+// The report's `calls` field names every kernel of kernels.def, in order.
+TEST(Documentation, ReportCallsNameEveryKernel) {
+  const char* const kernels[] = {
+#define KERNEL(id, name) name,
+#include "../../src/common/kernels.def"
+#undef KERNEL
+  };
+  std::string meaning, named, expected;
+  for (const ReportKey& row : kReportKeys)
+    if (std::string(row.key) == "calls") meaning = row.meaning;
+  meaning = meaning.substr(0, meaning.find("; "));
+  for (size_t at = meaning.find('`'); at != std::string::npos; at = meaning.find('`', meaning.find('`', at + 1) + 1))
+    named += meaning.substr(at + 1, meaning.find('`', at + 1) - at - 1) + " ";
+  for (const char* kernel : kernels) expected += std::string(kernel) + " ";
+  EXPECT_EQ(named, expected) << "report.def's calls: " << meaning;
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include "../common/options_table.h"
+#include "../common/report_template.h"
 #include "options.h"
 
 namespace fsdpskip {
@@ -175,6 +177,16 @@ TEST(Options, PolicyVariablesAreExactlyTheOnesRead) {
   EXPECT_FALSE(states_loading("LOCAL_RANK", 10));
   // A name with a NUL inside its length (tools/fuzz found the row's name read past its end).
   EXPECT_FALSE(is_policy_variable("FSDPSKIP\0\0\0\0\0\0\0\0", 16));
+}
+
+// FSDPSKIP_REPORT's meaning (options.def: the documentation's table, the
+// command's help) names the sequences the plugin expands, in their order.
+TEST(Options, ReportMeaningNamesTheTemplatesSequences) {
+  std::string meaning = option_of(OptionRole::kReport).meaning, named, expanded;
+  for (size_t at = meaning.find("`%"); at != std::string::npos; at = meaning.find("`%", at + 1))
+    if (at + 3 < meaning.size() && meaning[at + 3] == '`') named += meaning[at + 2];
+  for (const ReportSequence& sequence : kReportSequences) expanded += sequence.letter;
+  EXPECT_EQ(named, expanded) << meaning;
 }
 
 }  // namespace
