@@ -366,7 +366,7 @@ def unsynced_model_then_training():
 def never_written_placeholders():
     """A job of one rank (world size 1, FSDPSKIP_LOCAL_RANK=1): a policy a
     broadcast syncs, and an unsynced module of placeholders made four ways
-    before training's first gradient all-reduce: torch.empty (98 MB, never
+    before training's first gradient all-reduce: torch.empty (94 MiB, never
     written: what transformers <= 5.5's empty_like left where no data came),
     torch.load (arrived with data), torch.frombuffer (not the CPU
     allocator's) and torch.zeros (written, with zeros)."""

@@ -1,4 +1,4 @@
-"""One install serves every torch on the machine (README: "One install,
+"""One install serves every torch on the machine (docs/site-administration.md: "One install,
 every torch"): `fsdpskip plugin build` puts a plugin per libtorch build-id
 where the preload looks, and a job of each torch skips with its own plugin.
 

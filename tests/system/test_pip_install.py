@@ -1,4 +1,4 @@
-"""pip install into the training venv (README: "pip install into a venv"):
+"""pip install into the training venv (docs/install.md: "In a training venv with PyPI's torch"):
 `pip install --no-build-isolation` of this source tree in the pip venv, with
 no CUDA toolkit and none of Debian's -dev packages to be found, gives a
 `fsdpskip` on the venv's PATH whose doctor passes and whose 2-rank job skips

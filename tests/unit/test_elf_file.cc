@@ -30,7 +30,7 @@ std::string other_architecture_copy(const char* source, const std::string& name)
   return copy;
 }
 
-TEST(ElfFile, LoadedLibtorchBuildIdMatchesTheOneReadAtConfigure) {
+TEST(ElfFileEveryBuild, LoadedLibtorchBuildIdMatchesTheOneReadAtConfigure) {
   ASSERT_NE(dlopen(FSDPSKIP_LIBTORCH_CPU, RTLD_NOW | RTLD_LOCAL), nullptr) << dlerror();
   char path[4096], build_id[128];
   ASSERT_TRUE(loaded_library_identity("libtorch_cpu.so", path, sizeof path, build_id, sizeof build_id));
@@ -39,7 +39,7 @@ TEST(ElfFile, LoadedLibtorchBuildIdMatchesTheOneReadAtConfigure) {
   EXPECT_FALSE(loaded_library_identity("libnot_loaded_here.so", path, sizeof path, build_id, sizeof build_id));
 }
 
-TEST(ElfFile, FunctionsAreFoundInTheirLibraryAsTheLinkerFindsThem) {
+TEST(ElfFileEveryBuild, FunctionsAreFoundInTheirLibraryAsTheLinkerFindsThem) {
   void* handle = dlopen(FSDPSKIP_LIBTORCH_CPU, RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(handle, nullptr) << dlerror();
   const char* prefixes[] = {"libc10.so", "libtorch_cpu.so"};
@@ -92,7 +92,7 @@ TEST(ElfFile, LookupsRaceDlopenAndDlcloseSafely) {
   RecordProperty("found_while_loaded", found);
 }
 
-TEST(ElfFile, PluginRecordsTheLibtorchItWasBuiltFor) {
+TEST(ElfFileEveryBuild, PluginRecordsTheLibtorchItWasBuiltFor) {
   char identity[1024];
   ElfFile plugin(FSDPSKIP_PLUGIN);
   ASSERT_EQ(plugin.problem_here(), nullptr);

@@ -55,7 +55,7 @@ TEST(HookTable, NamesAreUnique) {
   }
 }
 
-TEST(HookTable, PreloadExportsExactlyTheTable) {
+TEST(HookTableEveryBuild, PreloadExportsExactlyTheTable) {
   std::set<std::string> exported =
       lines_of(std::string("nm -D --defined-only --format=just-symbols ") + FSDPSKIP_PRELOAD);
   std::set<std::string> expected;
@@ -64,7 +64,7 @@ TEST(HookTable, PreloadExportsExactlyTheTable) {
   EXPECT_EQ(exported, expected);
 }
 
-TEST(HookTable, PreloadNeedsGlibcAlone) {
+TEST(HookTableEveryBuild, PreloadNeedsGlibcAlone) {
 #ifdef FSDPSKIP_SANITIZED
   GTEST_SKIP() << "a sanitized build needs the sanitizer's runtime too";
 #endif
@@ -93,7 +93,7 @@ uint64_t dynamic_flags(const char* path) {
 // it can fail with "cannot allocate memory in static TLS block". The plugin
 // is dlopen'd: its thread_locals must use the dynamic models. The preload
 // has no TLS at all (a TLS block costs every process an allocation).
-TEST(HookTable, ThePluginNeedsNoStaticTlsAndThePreloadNoTls) {
+TEST(HookTableEveryBuild, ThePluginNeedsNoStaticTlsAndThePreloadNoTls) {
   EXPECT_EQ(dynamic_flags(FSDPSKIP_PLUGIN) & DF_STATIC_TLS, 0u);
   Elf64_Shdr section;
   ElfFile preload(FSDPSKIP_PRELOAD);
@@ -109,7 +109,7 @@ TEST(HookTable, ThePluginNeedsNoStaticTlsAndThePreloadNoTls) {
 // and reached through a dynamic relocation, or interposition cannot work:
 // one of libtorch's own, or of libtorch_python's beside it (broadcast_coalesced
 // is called from Python's binding alone).
-TEST(HookTable, RealLibtorchDefinesAndRelocatesTheRowsForItsRelease) {
+TEST(HookTableEveryBuild, RealLibtorchDefinesAndRelocatesTheRowsForItsRelease) {
   std::string libtorch = FSDPSKIP_LIBTORCH_CPU;
   std::string directory = libtorch.substr(0, libtorch.rfind('/'));
   std::set<std::string> defined = lines_of("nm -D --defined-only --format=just-symbols " + libtorch + " " +
