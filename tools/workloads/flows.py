@@ -27,13 +27,22 @@ from measure import digest, gathered, measured  # noqa: E402
 
 STEPS = 4
 BATCH, TOKENS, VOCAB = 2, 32, 16000
+# The models' shape, from FSDPSKIP_FLOWS_MODEL: `small` for the test suite
+# (an 11.4M-parameter Llama, 43.3 MiB fp32), `large` for the framework
+# suite's published figures (tools/frameworks/run --model large: a
+# 134M-parameter Llama, 0.50 GiB), where the few MiB of a build that are not
+# parameters no longer decide a cell.
+SHAPES = {"small": {"hidden": 256, "intermediate": 688, "layers": 4, "heads": 4},
+          "large": {"hidden": 1024, "intermediate": 2752, "layers": 8, "heads": 8}}
+SHAPE = SHAPES[os.environ.get("FSDPSKIP_FLOWS_MODEL", "small")]
 
 
 def llama_config():
-    """An 11.4M-parameter Llama (43.3 MiB fp32); dropout 0, as Llama's default."""
+    """A Llama of SHAPE; dropout 0, as Llama's default."""
     from transformers import LlamaConfig
-    return LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
-                       num_key_value_heads=4, vocab_size=VOCAB, tie_word_embeddings=False)
+    return LlamaConfig(hidden_size=SHAPE["hidden"], intermediate_size=SHAPE["intermediate"],
+                       num_hidden_layers=SHAPE["layers"], num_attention_heads=SHAPE["heads"],
+                       num_key_value_heads=SHAPE["heads"], vocab_size=VOCAB, tie_word_embeddings=False)
 
 
 def parameter_digests(model):
@@ -98,7 +107,8 @@ def custom_init_weights():
     class TinyConfig(PretrainedConfig):
         model_type = "fsdpskip-tiny"
 
-        def __init__(self, vocab_size=VOCAB, hidden_size=256, layers=4, initializer_range=0.02, **kwargs):
+        def __init__(self, vocab_size=VOCAB, hidden_size=SHAPE["hidden"], layers=SHAPE["layers"], initializer_range=0.02,
+                     **kwargs):
             super().__init__(**kwargs)
             self.vocab_size, self.hidden_size, self.layers = vocab_size, hidden_size, layers
             self.initializer_range = initializer_range
