@@ -5,10 +5,12 @@ the root's torch and a job on local rank 1 skips.
 
   FSDPSKIP_BUILD_DIR  unused here (EasyBuild builds from the sources)
 """
+import fnmatch
 import os
 import re
 import subprocess
 import tarfile
+import tomllib
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 with open(os.path.join(SOURCE, "CMakeLists.txt")) as cmake_lists:  # the version's one home
@@ -17,8 +19,19 @@ EASYCONFIG = os.path.join(SOURCE, "env", "easybuild", "fsdpskip-%s.eb" % VERSION
 EB = "/opt/easybuild/bin/eb"
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 SCENARIOS = os.path.join(SOURCE, "tests", "integration", "scenarios.py")
-# What a release tarball holds: everything the CMake project needs without its tests.
-RELEASED = ("CMakeLists.txt", "LICENSE", "README.md", "cmake", "docs", "env", "src", "tools/bench/calls.cc")
+
+
+def released_files():
+    """What a release tarball holds: the sdist's files, the tracked files less
+    pyproject.toml's sdist.exclude (that list's one home)."""
+    with open(os.path.join(SOURCE, "pyproject.toml"), "rb") as pyproject:
+        excluded = tomllib.load(pyproject)["tool"]["scikit-build"]["sdist"]["exclude"]
+    tracked = subprocess.run(["git", "-C", SOURCE, "ls-files", "-z"], capture_output=True, text=True, check=True).stdout
+    def is_excluded(path):
+        parts = path.split("/")
+        folders = ["/".join(parts[:n]) + "/" for n in range(1, len(parts))]
+        return any(fnmatch.fnmatch(folder, pattern) for pattern in excluded for folder in folders)
+    return [path for path in tracked.split("\0") if path and not is_excluded(path)]
 
 
 def source_tarball(directory):
@@ -27,9 +40,8 @@ def source_tarball(directory):
     os.makedirs(target)
     path = os.path.join(target, "fsdpskip-%s.tar.gz" % VERSION)
     with tarfile.open(path, "w:gz") as tar:
-        for name in RELEASED:
-            tar.add(os.path.join(SOURCE, name), arcname="fsdpskip-%s/" % VERSION + name,
-                    filter=lambda info: None if "__pycache__" in info.name else info)
+        for name in released_files():
+            tar.add(os.path.join(SOURCE, name), arcname="fsdpskip-%s/" % VERSION + name)
     return path
 
 
