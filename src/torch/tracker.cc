@@ -216,6 +216,7 @@ std::vector<SkipSite> Tracker::pending() {
   std::vector<SkipSite> result = freed_at_shutdown_;
   for (auto& entry : records_)
     if (entry.second.role == Role::kParameter && entry.second.skipped) result.push_back(*entry.second.site);
+  in_order_made(result);
   return result;
 }
 

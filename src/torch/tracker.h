@@ -46,6 +46,7 @@ enum class Role : uint8_t {
 struct SkipSite {
   std::string shape, dtype, device;
   size_t bytes = 0;
+  uint64_t order = 0;  // when it was made: lists of sites read in the job's order
   fsdpskip_kernel first_kernel = FSDPSKIP_NORMAL;
   SkipStack stack;
 };

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 
@@ -82,13 +83,21 @@ inline bool covers_storage(const at::Tensor& tensor, const c10::StorageImpl* sto
 // What a skipped storage or a placeholder is, for its site (its stack comes later).
 inline std::unique_ptr<SkipSite> site_of(const c10::TensorImpl& tensor, const c10::StorageImpl& storage,
                                   fsdpskip_kernel first_kernel) {
+  static std::atomic<uint64_t> made{0};
   auto site = std::make_unique<SkipSite>();
+  site->order = made.fetch_add(1, std::memory_order_relaxed);
   site->shape = shape_string(tensor.sizes());
   site->dtype = std::string(c10::toString(c10::typeMetaToScalarType(tensor.dtype())));
   site->device = tensor.device().str();
   site->bytes = storage.nbytes();
   site->first_kernel = first_kernel;
   return site;
+}
+
+// Sites in the order they were made, not the table's: stderr lists the
+// first of them (capped), and a job lists the same ones run after run.
+inline void in_order_made(std::vector<SkipSite>& sites) {
+  std::sort(sites.begin(), sites.end(), [](const SkipSite& a, const SkipSite& b) { return a.order < b.order; });
 }
 
 

@@ -50,6 +50,7 @@ std::vector<SkipSite> Tracker::never_written() {
         !any_page_resident(compat::data_ptr(*record.storage).get(), record.storage->nbytes()))
       result.push_back(*record.site);
   }
+  in_order_made(result);
   stats_[Counter::storages_never_written] = result.size();
   never_written_ = result;
   return result;

@@ -9,12 +9,13 @@ where tools/pip-venv installed those (FSDPSKIP_FRAMEWORKS_PATH, the pip
 venv's suite), and there a missing one fails; elsewhere they are skipped
 (tools/frameworks/run runs them against any torch)."""
 import importlib.util
+import json
 import os
 
 import pytest
 
-from harness import (PYTHON, SANITIZED, SOURCE_DIR, rank_lines, require, run, said_by_fsdpskip, summary_lines,
-                     torchrun)
+from harness import (PYTHON, SANITIZED, SOURCE_DIR, environment, launch, rank_lines, require, run, said_by_fsdpskip,
+                     summary_lines, torchrun)
 from flow_variables import job_variables  # tools/workloads, on the path harness set
 
 pytestmark = [pytest.mark.every_torch]
@@ -115,4 +116,17 @@ def test_an_unsynced_reward_model_is_named_when_training_begins(tmp_path):
     assert said_by_fsdpskip(rank_lines(done_plain, 1)) == []
     warning, storages = began_training_lines(done)
     assert "after rank 0's broadcast, which did not cover every skipped storage" in warning, warning
-    assert any(line.startswith("fsdpskip: warning: pending storage 1x256 Float on cpu") for line in storages), storages
+    # stderr names the first 20, in the order they were skipped; the head, initialised last, is past them.
+    assert 0 < len(storages) <= 21 and all(line.startswith("fsdpskip: warning: pending storage ")
+                                           for line in storages[:20]), storages
+    # Stopped there (FSDPSKIP_ON_PENDING=abort), the rank's report names them all, the head among them.
+    out = tmp_path / "reward-abort"
+    out.mkdir()
+    stopped = launch.run([FLOWS, "reward-unsynced", "--directory", str(checkpoint), "--out", str(out)],
+                         environment(True, PYTHONPATH=paths, FSDPSKIP_ON_PENDING="abort",
+                                     FSDPSKIP_REPORT=str(out / "report-%r.json"),
+                                     **job_variables("reward-unsynced", True)), nproc=2, timeout=600)
+    assert stopped.returncode != 0, "rank 1 trains on zeros: the job must stop"
+    with open(out / "report-1.json") as f:
+        pending = json.load(f)["pending"]
+    assert [site for site in pending if site["shape"] == "1x256" and site["dtype"] == "Float"], pending

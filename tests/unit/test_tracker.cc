@@ -351,6 +351,19 @@ TEST(Tracker, FreeResolvesAndShutdownFreesStayPending) {
   EXPECT_GT(pending[0].stack.native_depth, 0);
 }
 
+TEST(Tracker, PendingStoragesAreListedInTheOrderTheyWereSkipped) {
+  // stderr names the first 20 (preload/log.cc): the same ones, run after run.
+  std::vector<at::Tensor> params;
+  for (int64_t n = 64; n > 0; --n) {
+    params.push_back(torch::empty({n, 2}));
+    ASSERT_TRUE(tracker().tag(storage(params.back())));
+    tracker().skipped(FSDPSKIP_NORMAL, params.back());
+  }
+  std::vector<SkipSite> pending = tracker().pending();
+  ASSERT_EQ(pending.size(), params.size());
+  for (size_t i = 0; i < pending.size(); ++i) EXPECT_EQ(pending[i].shape, std::to_string(64 - i) + "x2") << i;
+}
+
 TEST(Tracker, ConversionOfSkippedStorageIsSkippedAndStaysSkipped) {
   at::Tensor param = torch::empty({64});
   ASSERT_TRUE(tracker().tag(storage(param)));
