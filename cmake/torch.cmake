@@ -71,7 +71,8 @@ function(fsdpskip_run_time_path variable file)
   set(${variable} "${path}" PARENT_SCOPE)
 endfunction()
 fsdpskip_run_time_path(FSDPSKIP_LIBTORCH_CPU "${FSDPSKIP_LIBTORCH_CPU_FILE}")
-execute_process(COMMAND readelf -n "${FSDPSKIP_LIBTORCH_CPU_FILE}" OUTPUT_VARIABLE notes RESULT_VARIABLE status)
+execute_process(COMMAND readelf -n "${FSDPSKIP_LIBTORCH_CPU_FILE}" OUTPUT_VARIABLE notes RESULT_VARIABLE status
+                ERROR_QUIET)  # PyPI's libtorch_cpu: "Gap in build notes" warnings
 string(REGEX MATCH "Build ID: ([0-9a-f]+)" match "${notes}")
 if(NOT status EQUAL 0 OR NOT CMAKE_MATCH_1)
   message(FATAL_ERROR "cannot read the GNU build-id of ${FSDPSKIP_LIBTORCH_CPU_FILE}: fsdpskip needs it to "

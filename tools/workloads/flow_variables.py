@@ -8,7 +8,8 @@ ACCELERATE_FSDP = {"ACCELERATE_USE_FSDP": "true", "FSDP_CPU_RAM_EFFICIENT_LOADIN
 # Not trl-dpo: its Trainer's Accelerator refuses accelerate's FSDP variables
 # on a machine without a GPU, so that flow states FSDPSKIP=on.
 JOB_VARIABLES = {"from-pretrained": ACCELERATE_FSDP, "reward-unsynced": ACCELERATE_FSDP}
-FSDPSKIP_VARIABLES = {"from-pretrained": {}, "reward-unsynced": {}}
+# axolotl sets accelerate's variables itself, from Python (setup_fsdp_envs).
+FSDPSKIP_VARIABLES = {"from-pretrained": {}, "reward-unsynced": {}, "axolotl-fsdp2": {}, "axolotl-lora": {}}
 
 
 def job_variables(flow, with_fsdpskip):

@@ -324,22 +324,89 @@ def reward_unsynced(directory):
     return policy, seconds, growth, training
 
 
+def axolotl_config(directory, out, adapter):
+    """What a user writes for axolotl's FSDP2 with RAM-efficient loading,
+    over the checkpoint, tokenizer and jsonl dataset that `save` wrote; on a
+    CPU, bf16 and fp16 off (axolotl's `auto` would pick fp16)."""
+    from axolotl.utils.dict import DictDefault
+    config = {"base_model": directory, "datasets": [{"path": os.path.join(directory, "data.jsonl"), "type": "completion"}],
+              "output_dir": out, "sequence_len": TOKENS, "micro_batch_size": BATCH, "gradient_accumulation_steps": 1,
+              "num_epochs": 1, "learning_rate": 1e-3, "optimizer": "adamw_torch", "bf16": False, "fp16": False,
+              "tf32": False, "seed": 0, "fsdp_version": 2,
+              "fsdp_config": {"cpu_ram_efficient_loading": True, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                              "transformer_layer_cls_to_wrap": "LlamaDecoderLayer",
+                              "state_dict_type": "FULL_STATE_DICT", "reshard_after_forward": True}}
+    if adapter:
+        # Its fused LoRA kernels (on by default) are Triton kernels on "cuda": off on a CPU.
+        config.update(adapter="lora", lora_r=8, lora_alpha=16, lora_dropout=0.0, lora_target_linear=True,
+                      lora_mlp_kernel=False, lora_qkv_kernel=False, lora_o_kernel=False)
+    return DictDefault(config)
+
+
+def axolotl_load(directory, adapter):
+    """axolotl 0.21's own loading, as `axolotl train` runs it: load_cfg
+    (validation, setup_fsdp_envs setting accelerate's FSDP variables from
+    Python, its FSDP patches), load_tokenizer, ModelLoader(...).load(). What a
+    CPU forces: the process group exists before (axolotl's PartialState has
+    no cpu=True), its NCCL peer-to-peer probe answers no (it asks CUDA, which
+    raises without a driver), and no device mesh is built (axolotl builds it
+    on "cuda")."""
+    import axolotl.utils.trainer
+    from axolotl.cli.config import load_cfg
+    from axolotl.loaders import ModelLoader, load_tokenizer
+    axolotl.utils.trainer.check_cuda_p2p_ib_support = lambda: False
+    out = tempfile.mkdtemp(prefix="fsdpskip-axolotl-")
+    cfg = load_cfg(axolotl_config(directory, out, adapter))
+    tokenizer = load_tokenizer(cfg)
+    ModelLoader.use_parallel_config = None
+    model, seconds, growth = measured(lambda: ModelLoader(cfg, tokenizer).load()[0])
+    # accelerate runs no FSDP on a CPU: rank 0's state synced into FSDP2
+    # shards as accelerate's cpu_ram_efficient_loading does on a GPU
+    # (fsdp2_load_full_state_dict: a broadcast from rank 0).
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+    full = {name: t.clone() for name, t in model.state_dict().items()} if dist.get_rank() == 0 else {}
+    for module in model.modules():
+        if type(module).__name__ == "LlamaDecoderLayer":
+            fully_shard(module)
+    fully_shard(model)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    return model, seconds, growth, lambda: train(model, adamw(model))
+
+
+def axolotl_fsdp2(directory):
+    """axolotl's full fine-tune loading under FSDP2 with cpu_ram_efficient_loading."""
+    return axolotl_load(directory, adapter=False)
+
+
+def axolotl_lora(directory):
+    """The same with a LoRA adapter: axolotl then also keeps the base's
+    parameters on meta on non-zero ranks (patch_move_missing_keys_meta_for_fsdp)."""
+    return axolotl_load(directory, adapter=True)
+
+
 def save(directory):
     """The Llama checkpoint from_pretrained reads, written by the transformers
     that will read it."""
     from transformers import LlamaForCausalLM
     torch.manual_seed(1)  # rank 0's checkpoint: not what a seeded build makes
     LlamaForCausalLM(llama_config()).save_pretrained(directory)
+    # What axolotl's loader reads beside it: a tokenizer and a dataset.
+    words = ["w%d" % i for i in range(64)]
+    word_tokenizer(words).save_pretrained(directory)
+    with open(os.path.join(directory, "data.jsonl"), "w") as data:
+        for i in range(0, 48, 4):
+            data.write(json.dumps({"text": " ".join(words[i:i + 12])}) + "\n")
 
 
 FLOWS = {"ddp-from-config": ddp_from_config, "fsdp2-broadcast": fsdp2_broadcast,
          "custom-init-weights": custom_init_weights, "peft-before-sync": peft_before_sync,
          "peft-after-sync": peft_after_sync, "peft-left-out": peft_left_out, "fabric-ddp": fabric_ddp,
          "deepspeed-engine": deepspeed_engine, "from-pretrained": from_pretrained, "reward-unsynced": reward_unsynced,
-         "trl-dpo": trl_dpo}
+         "trl-dpo": trl_dpo, "axolotl-fsdp2": axolotl_fsdp2, "axolotl-lora": axolotl_lora}
 # Flows that read a checkpoint (--directory), made by `save` with the
 # transformers that reads it.
-CHECKPOINT_FLOWS = ("from-pretrained", "reward-unsynced", "trl-dpo")
+CHECKPOINT_FLOWS = ("from-pretrained", "reward-unsynced", "trl-dpo", "axolotl-fsdp2", "axolotl-lora")
 # How each is launched, with and without fsdpskip: flow_variables.py.
 
 
@@ -370,7 +437,7 @@ def main():
     result["losses"] = training()
     result["final"] = combined(parameter_digests(model))
     result["versions"] = {name: sys.modules[name].__version__
-                          for name in ("torch", "transformers", "peft", "lightning", "deepspeed", "trl")
+                          for name in ("torch", "transformers", "peft", "lightning", "deepspeed", "trl", "axolotl")
                           if name in sys.modules}
     with open(os.path.join(args.out, "rank%d.json" % dist.get_rank()), "w") as out:
         json.dump(result, out)
