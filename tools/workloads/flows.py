@@ -82,19 +82,27 @@ def ddp_from_config():
     return model, seconds, growth, lambda: train(synced, adamw(model))
 
 
+def fsdp2_synced_from_rank0(model):
+    """FSDP2 over every decoder layer and the model, then rank 0's full state
+    dict broadcast into the shards (set_model_state_dict with
+    broadcast_from_rank0), as accelerate's cpu_ram_efficient_loading does."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+    full = {name: t.clone() for name, t in model.state_dict().items()} if dist.get_rank() == 0 else {}
+    for module in model.modules():
+        if type(module).__name__ == "LlamaDecoderLayer":
+            fully_shard(module)
+    fully_shard(model)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
 def fsdp2_broadcast():
     """FSDP2: Model(config) on every rank, fully_shard, then rank 0's full
     state dict broadcast into the shards (set_model_state_dict with
     broadcast_from_rank0; LLaMA-Factory's init_on_rank0)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    from torch.distributed.fsdp import fully_shard
     from transformers import LlamaForCausalLM
     model, seconds, growth = measured(lambda: LlamaForCausalLM(llama_config()))
-    full = {name: t.clone() for name, t in model.state_dict().items()} if dist.get_rank() == 0 else {}
-    for layer in model.model.layers:
-        fully_shard(layer)
-    fully_shard(model)
-    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    fsdp2_synced_from_rank0(model)
     return model, seconds, growth, lambda: train(model, adamw(model))
 
 
@@ -233,6 +241,9 @@ def deepspeed_engine():
     return model, seconds, growth, lambda: train(engine, optimizer, engine.backward, engine.step)
 
 
+WORDS = ["w%d" % i for i in range(64)]  # the checkpoint flows' text: one token per word
+
+
 def word_tokenizer(words):
     """A tokenizer made in memory (nothing downloaded): one id per word."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -260,9 +271,8 @@ def trl_dpo(directory):
         return (AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32),
                 AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32))
     (policy, reference), seconds, growth = measured(build)
-    words = ["w%d" % i for i in range(64)]
-    pairs = [{"prompt": " ".join(words[i:i + 6]), "chosen": " ".join(words[i + 6:i + 12]),
-              "rejected": " ".join(words[i + 12:i + 18])} for i in range(0, 8 * STEPS, 4)]
+    pairs = [{"prompt": " ".join(WORDS[i:i + 6]), "chosen": " ".join(WORDS[i + 6:i + 12]),
+              "rejected": " ".join(WORDS[i + 12:i + 18])} for i in range(0, 8 * STEPS, 4)]
     losses = []
 
     class Recording(DPOTrainer):
@@ -278,7 +288,7 @@ def trl_dpo(directory):
                                per_device_train_batch_size=BATCH, max_length=TOKENS, logging_steps=1,
                                optim="adamw_torch", learning_rate=1e-3, disable_tqdm=True)
             Recording(model=policy, ref_model=reference, args=config, train_dataset=Dataset.from_list(pairs),
-                      processing_class=word_tokenizer(words)).train()
+                      processing_class=word_tokenizer(WORDS)).train()
         return losses
     return policy, seconds, growth, training
 
@@ -360,17 +370,7 @@ def axolotl_load(directory, adapter):
     tokenizer = load_tokenizer(cfg)
     ModelLoader.use_parallel_config = None
     model, seconds, growth = measured(lambda: ModelLoader(cfg, tokenizer).load()[0])
-    # accelerate runs no FSDP on a CPU: rank 0's state synced into FSDP2
-    # shards as accelerate's cpu_ram_efficient_loading does on a GPU
-    # (fsdp2_load_full_state_dict: a broadcast from rank 0).
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    from torch.distributed.fsdp import fully_shard
-    full = {name: t.clone() for name, t in model.state_dict().items()} if dist.get_rank() == 0 else {}
-    for module in model.modules():
-        if type(module).__name__ == "LlamaDecoderLayer":
-            fully_shard(module)
-    fully_shard(model)
-    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    fsdp2_synced_from_rank0(model)  # accelerate runs no FSDP on a CPU: its GPU path's sync
     return model, seconds, growth, lambda: train(model, adamw(model))
 
 
@@ -392,11 +392,10 @@ def save(directory):
     torch.manual_seed(1)  # rank 0's checkpoint: not what a seeded build makes
     LlamaForCausalLM(llama_config()).save_pretrained(directory)
     # What axolotl's loader reads beside it: a tokenizer and a dataset.
-    words = ["w%d" % i for i in range(64)]
-    word_tokenizer(words).save_pretrained(directory)
+    word_tokenizer(WORDS).save_pretrained(directory)
     with open(os.path.join(directory, "data.jsonl"), "w") as data:
         for i in range(0, 48, 4):
-            data.write(json.dumps({"text": " ".join(words[i:i + 12])}) + "\n")
+            data.write(json.dumps({"text": " ".join(WORDS[i:i + 12])}) + "\n")
 
 
 FLOWS = {"ddp-from-config": ddp_from_config, "fsdp2-broadcast": fsdp2_broadcast,
