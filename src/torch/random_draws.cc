@@ -1,5 +1,7 @@
 #include "random_draws.h"
 
+#include "mt19937_jump.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/DistributionsHelper.h>
 #include <ATen/ops/empty.h>
@@ -12,27 +14,7 @@
 namespace fsdpskip {
 namespace {
 
-constexpr int kStateWords = at::MERSENNE_STATE_N;  // 624
-constexpr int kShift = at::MERSENNE_STATE_M;       // 397
-
-uint32_t twist(uint32_t upper, uint32_t lower) {
-  uint32_t mixed = (upper & at::UMASK) | (lower & at::LMASK);
-  return (mixed >> 1) ^ ((lower & 1u) ? at::MATRIX_A : 0u);
-}
-
-// MT19937's regeneration of all 624 words (what the engine does once every
-// 624 outputs). Each loop reads only words it has not written yet, or
-// written 227 words earlier, so the compiler vectorises them.
-#if defined(__x86_64__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-__attribute__((optimize("O3"))) void regenerate(uint32_t* state) {
-  int i = 0;
-  for (; i < kStateWords - kShift; ++i) state[i] = state[i + kShift] ^ twist(state[i], state[i + 1]);
-  for (; i < kStateWords - 1; ++i) state[i] = state[i + kShift - kStateWords] ^ twist(state[i], state[i + 1]);
-  state[kStateWords - 1] = state[kShift - 1] ^ twist(state[kStateWords - 1], state[0]);
-}
-
+constexpr int kStateWords = kMtWords;
 
 // The counts read off torch's sources. Half and bfloat16 normal_ changed
 // between 2.6 and 2.14: it fills blocks of 16 in float, so the elements past
@@ -161,8 +143,7 @@ void discard_draws(at::mt19937_data_pod& state, uint64_t draws) {
     return;
   }
   uint64_t after_first = draws - before_regeneration - 1;  // outputs after the first regeneration's first one
-  for (uint64_t i = 0, regenerations = 1 + after_first / kStateWords; i < regenerations; ++i)
-    regenerate(state.state_.data());
+  regenerate_times(state.state_.data(), 1 + after_first / kStateWords);
   uint64_t read = 1 + after_first % kStateWords;  // of the last regeneration's words
   state.left_ = kStateWords + 1 - static_cast<int>(read);
   state.next_ = static_cast<uint32_t>(read);

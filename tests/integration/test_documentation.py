@@ -3,7 +3,8 @@ are the framework suite's last run as its generator renders them, the
 package list is tools/bootstrap's, and every README command is run by a
 named test (the tables generated from the source's own tables, in
 docs/configuration.md, docs/report.md and docs/torch-symbols.md, are
-tests/unit/test_documentation.cc's)."""
+tests/unit/test_documentation.cc's). Also the one generated source file:
+MT19937's jump table is what tools/mt19937-jumps writes."""
 import os
 import re
 import subprocess
@@ -34,6 +35,12 @@ def framework_suite(option):
     rendered = subprocess.run([sys.executable, FRAMEWORKS, option], capture_output=True, text=True)
     assert rendered.returncode == 0, rendered.stderr
     return rendered.stdout
+
+
+def test_the_generators_jump_table_is_what_its_tool_writes():
+    checked = subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "tools", "mt19937-jumps"), "--check"],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
 
 
 def test_framework_tables_are_the_framework_suites_last_results():

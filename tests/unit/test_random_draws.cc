@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mt19937_jump.h"
 #include "random_draws.h"
 #include "tracker.h"
 
@@ -38,6 +39,41 @@ TEST(RandomDraws, DiscardingLeavesTheEngineWhereItsCallsDo) {
       ASSERT_TRUE(same_state(called.data(), discarded.data())) << before << " then " << draws;
       for (int i = 0; i < 3; ++i) ASSERT_EQ(called(), discarded()) << before << " then " << draws;
     }
+  }
+}
+
+// The jump table (tools/mt19937-jumps), row by row: its first row against
+// that many regenerations made one by one, each later row against the row
+// before it made twice.
+TEST(RandomDraws, EachJumpMovesTheStateAsItsRegenerationsDo) {
+  at::mt19937 engine(20261203);
+  at::mt19937_data_pod start = engine.data();
+  std::vector<uint32_t> jumped(start.state_.begin(), start.state_.end()), stepped = jumped;
+  jump(jumped.data(), first_jump_exponent());
+  for (int i = 0; i < 1 << first_jump_exponent(); ++i) regenerate(stepped.data());
+  ASSERT_EQ(jumped, stepped) << "row " << first_jump_exponent();
+  for (int exponent = first_jump_exponent() + 1; exponent <= last_jump_exponent(); ++exponent) {
+    std::vector<uint32_t> once(start.state_.begin(), start.state_.end()), twice = once;
+    jump(once.data(), exponent);
+    jump(twice.data(), exponent - 1);
+    jump(twice.data(), exponent - 1);
+    ASSERT_EQ(once, twice) << "row " << exponent;
+  }
+}
+
+// Counts past the first jump mix jumps with single regenerations.
+TEST(RandomDraws, DiscardingPastAJumpLeavesTheEngineWhereItsCallsDo) {
+  uint64_t first = uint64_t{1} << first_jump_exponent();
+  for (uint64_t draws : {first * 624 - 1, first * 624 + 5, (3 * first + 7) * 624 + 300}) {
+    at::mt19937 called(77), discarded;
+    for (int i = 0; i < 5; ++i) called();
+    discarded = called;
+    for (uint64_t i = 0; i < draws; ++i) called();
+    at::mt19937_data_pod state = discarded.data();
+    discard_draws(state, draws);
+    discarded.set_data(state);
+    ASSERT_TRUE(same_state(called.data(), discarded.data())) << draws;
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(called(), discarded()) << draws;
   }
 }
 
