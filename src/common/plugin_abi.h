@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 11  // 11: which side of a collective this rank is on; a skipped call's arguments
+#define FSDPSKIP_PLUGIN_ABI 12  // 12: a CPU generator's state read or replaced
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=" and this number), so a plugin
@@ -191,6 +191,11 @@ typedef struct fsdpskip_plugin {
   // After `param.data = t` (at::TensorBase::set_data) on `self`
   // (at::TensorBase*): the parameter has a new storage; tag it.
   void (*data_set)(void* self);
+  // Before at::CPUGeneratorImpl's get_state (reads) or set_current_seed,
+  // seed and set_state (its state replaced) on `generator` (the call's
+  // this), whose caller holds its mutex_: a skipped init's draws the
+  // generator still owes are made first, or dropped.
+  void (*generator_touched)(void* generator, bool reads);
   // Which side of a collective this rank is on is read from the call itself:
   // its root against the group's own rank, never from a convention (a
   // data-parallel group's source may be any rank). A skipped storage about

@@ -216,6 +216,26 @@ struct Broadcast {
   }
 };
 
+// at::CPUGeneratorImpl's state read (get_state(this) const, which returns
+// an intrusive_ptr<TensorImpl> in memory) or replaced (set_current_seed(this,
+// uint64_t), seed(this), set_state(this, const TensorImpl&)): told to the
+// plugin first, then run.
+template <HookId id, bool kReads, typename Result, typename... Arguments>
+struct GeneratorCall {
+  static Result forward(void* generator, Arguments... arguments) {
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->generator_touched(generator, kReads);
+    return original_as<Result (*)(void*, Arguments...)>(id)(generator, arguments...);
+  }
+};
+template <HookId id, fsdpskip_kernel>
+using GeneratorRead = GeneratorCall<id, true, ReturnedInMemory>;
+template <HookId id, fsdpskip_kernel>
+using GeneratorSeeded = GeneratorCall<id, false, void, uint64_t>;
+template <HookId id, fsdpskip_kernel>
+using GeneratorReseeded = GeneratorCall<id, false, uint64_t>;
+template <HookId id, fsdpskip_kernel>
+using GeneratorStateSet = GeneratorCall<id, false, void, const void*>;
+
 // c10d::broadcast_coalesced(intrusive_ptr<ProcessGroup> (by value or const&:
 // either way its address), ArrayRef<Tensor> tensors, size_t buffer_size, int
 // root). The ArrayRef, a trivially copyable pair of words, travels as its two
@@ -435,6 +455,10 @@ struct NcclReduce {
 #define SHAPE_Scatter Scatter, ReturnedInMemory, \
     (void* group, void* outputs, void* inputs, void* options), (group, outputs, inputs, options)
 #define SHAPE_Send Send, ReturnedInMemory, (void* group, void* tensors, int peer, int tag), (group, tensors, peer, tag)
+#define SHAPE_GeneratorRead GeneratorRead, ReturnedInMemory, (void* generator), (generator)
+#define SHAPE_GeneratorSeeded GeneratorSeeded, void, (void* generator, uint64_t seed), (generator, seed)
+#define SHAPE_GeneratorReseeded GeneratorReseeded, uint64_t, (void* generator), (generator)
+#define SHAPE_GeneratorStateSet GeneratorStateSet, void, (void* generator, const void* state), (generator, state)
 #define SHAPE_Coalesced Coalesced, void, \
     (void* group, const void* tensors, size_t count, size_t buffer_size, int root), \
     (group, tensors, count, buffer_size, root)

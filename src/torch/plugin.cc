@@ -122,6 +122,11 @@ const fsdpskip_plugin kPlugin = {
     [](void* self) noexcept {
       guarded("data_set", [&] { Tracker::instance().data_set(*static_cast<const at::TensorBase*>(self)); });
     },
+    [](void* generator, bool reads) noexcept {
+      guarded("generator_touched", [&] {
+        Tracker::instance().generator_touched(static_cast<c10::GeneratorImpl*>(generator), reads);
+      });
+    },
     [](const void* group, void* tensors, const void* options) noexcept {
       guarded("broadcast_started", [&] {
         const auto& list = *static_cast<std::vector<at::Tensor>*>(tensors);

@@ -135,18 +135,22 @@ std::optional<uint64_t> random_draws(fsdpskip_kernel kernel, const at::Tensor& s
 // The engine's operator() decrements left_ and regenerates when it reaches
 // 0 (then left_ = 624, next_ = 0), and reads state_[next_++]: from (left,
 // next), left - 1 outputs come before the next regeneration.
-void discard_draws(at::mt19937_data_pod& state, uint64_t draws) {
+uint64_t move_place(at::mt19937_data_pod& state, uint64_t draws) {
   uint64_t before_regeneration = static_cast<uint64_t>(state.left_) - 1;
   if (draws <= before_regeneration) {
     state.left_ -= static_cast<int>(draws);
     state.next_ += static_cast<uint32_t>(draws);
-    return;
+    return 0;
   }
   uint64_t after_first = draws - before_regeneration - 1;  // outputs after the first regeneration's first one
-  regenerate_times(state.state_.data(), 1 + after_first / kStateWords);
-  uint64_t read = 1 + after_first % kStateWords;  // of the last regeneration's words
+  uint64_t read = 1 + after_first % kStateWords;           // of the last regeneration's words
   state.left_ = kStateWords + 1 - static_cast<int>(read);
   state.next_ = static_cast<uint32_t>(read);
+  return 1 + after_first / kStateWords;
+}
+
+void discard_draws(at::mt19937_data_pod& state, uint64_t draws) {
+  regenerate_times(state.state_.data(), move_place(state, draws));
 }
 
 bool freshly_seeded(const at::Generator& generator) {

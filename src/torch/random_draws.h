@@ -43,6 +43,12 @@ std::optional<uint64_t> random_draws(fsdpskip_kernel kernel, const at::Tensor& s
 // first call): those calls are decided RUN without asking random_draws.
 bool probing_random_kernels();
 
+// Moves an MT19937 state's place (left_, next_) by `draws` outputs, and
+// returns the regenerations of its words that those outputs also make:
+// regenerate_times (mt19937_jump.h) makes them, in any order with the
+// place's move.
+uint64_t move_place(at::mt19937_data_pod& state, uint64_t draws);
+
 // Advances an MT19937 state by `draws` outputs, as that many calls of
 // at::mt19937's operator() would (without tempering what is thrown away).
 void discard_draws(at::mt19937_data_pod& state, uint64_t draws);

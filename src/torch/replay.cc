@@ -84,39 +84,6 @@ SkippedCall describe_call(fsdpskip_kernel kernel, const at::Tensor& self, const 
   return call;
 }
 
-void GeneratorHistory::reserve() {
-  if (!spare_) spare_ = std::make_shared<GeneratorSnapshot>();
-  if (entries_.size() == entries_.capacity()) entries_.reserve(entries_.size() + 4);
-}
-
-void GeneratorHistory::advance(const at::Generator& generator, uint64_t draws, SkippedCall& call) {
-  auto* cpu = at::check_generator<at::CPUGeneratorImpl>(generator);
-  std::lock_guard<std::mutex> lock(cpu->mutex_);
-  at::mt19937_data_pod state = cpu->engine().data();
-  entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.generator.expired(); }),
-                 entries_.end());  // their generators ended
-  Entry* entry = nullptr;
-  for (Entry& known : entries_)
-    if (known.generator.lock().get() == cpu) entry = &known;
-  if (entry == nullptr || !(entry->expected == GeneratorFingerprint(state))) {
-    // Something else drew from it (or reseeded it) since: a new run of calls.
-    // reserve() made the snapshot and the entry's room.
-    std::shared_ptr<GeneratorSnapshot> snapshot = std::move(spare_);
-    snapshot->start = snapshot->cursor = state;
-    if (entry == nullptr)
-      entry = &entries_.emplace_back(
-          Entry{c10::weak_intrusive_ptr<c10::GeneratorImpl>(generator.getIntrusivePtr()), nullptr, 0,
-                GeneratorFingerprint()});
-    entry->snapshot = std::move(snapshot);
-    entry->offset = 0;
-  }
-  call.snapshot = entry->snapshot;
-  call.offset = entry->offset;
-  advance_held(cpu, state, draws);
-  entry->expected = GeneratorFingerprint(state);
-  entry->offset += draws;
-}
-
 void replay(c10::StorageImpl* storage, const SkippedCalls& calls) {
   OwnKernels own;
   for (const SkippedCall& call : calls) {

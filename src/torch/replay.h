@@ -85,46 +85,6 @@ Geometry geometry_of(const at::Tensor& tensor);
 SkippedCall describe_call(fsdpskip_kernel kernel, const at::Tensor& self, const fsdpskip_call_arguments* arguments,
                           const char** why);
 
-// A CPU generator's state, told by its place and the words at both ends:
-// any draw moves the place, a whole number of regenerations rewrites every
-// word, and a reseed changes the seed.
-struct GeneratorFingerprint {
-  uint64_t seed;
-  int left;
-  uint32_t next, first, last;
-  explicit GeneratorFingerprint(const at::mt19937_data_pod& state = {})
-      : seed(state.seed_), left(state.left_), next(state.next_), first(state.state_.front()),
-        last(state.state_.back()) {}
-  bool operator==(const GeneratorFingerprint& other) const {
-    return seed == other.seed && left == other.left && next == other.next && first == other.first &&
-           last == other.last;
-  }
-};
-
-// The positions of the generators skipped calls drew from. Not thread-safe:
-// its owner calls it under its own lock.
-class GeneratorHistory {
- public:
-  // Before advance(): makes sure a fresh snapshot is at hand, so that
-  // advance() allocates nothing. Throws what an allocation throws.
-  void reserve();
-  // Advances `generator` (a CPU generator, under its lock) by `draws`
-  // outputs, as a skipped call's kernel would have, and fills in where the
-  // call stood before: the generator's current snapshot when nothing else
-  // moved it since the last skipped call, else a new one.
-  void advance(const at::Generator& generator, uint64_t draws, SkippedCall& call);
-
- private:
-  struct Entry {
-    c10::weak_intrusive_ptr<c10::GeneratorImpl> generator;
-    std::shared_ptr<GeneratorSnapshot> snapshot;
-    uint64_t offset;  // outputs drawn past the snapshot's start
-    GeneratorFingerprint expected;  // the state after the last skipped call
-  };
-  std::vector<Entry> entries_;
-  std::shared_ptr<GeneratorSnapshot> spare_;
-};
-
 // Writes into `storage` what `calls` would have written there, in their
 // order, with torch's own kernels. Throws what torch throws.
 void replay(c10::StorageImpl* storage, const SkippedCalls& calls);

@@ -43,11 +43,21 @@ void Tracker::start(Say say) {
   say_ = say;
   // fork() (DataLoader workers) must not copy the lock held by a thread that
   // will not exist in the child.
-  pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
-                 [] {
-                   instance().mutex_.unlock();
-                   instance().forked_child_ = true;
-                 });
+  // The generators' lock is taken after the tracker's, as everywhere.
+  pthread_atfork(
+      [] {
+        instance().mutex_.lock();
+        instance().generators_.mutex().lock();
+      },
+      [] {
+        instance().generators_.mutex().unlock();
+        instance().mutex_.unlock();
+      },
+      [] {
+        instance().generators_.mutex().unlock();
+        instance().mutex_.unlock();
+        instance().forked_child_ = true;
+      });
   // The CPU allocator hands out posix_memalign memory: private anonymous
   // pages. Its deleter identifies that memory later.
   c10::DataPtr sample = c10::GetDefaultCPUAllocator()->allocate(1);

@@ -30,6 +30,7 @@
 #include "../common/plugin_abi.h"
 #include "../common/report_table.h"
 #include "compat.h"
+#include "generator_history.h"
 #include "replay.h"
 #include "skip_stack.h"
 
@@ -87,10 +88,16 @@ class Tracker {
   // After a SKIP: counts the call, records the storage as pending (once)
   // with the call, for its replay (`arguments` nullptr: one that cannot be
   // replayed), and makes it read as zeros; a skipped normal_ or uniform_ (its
-  // generator argument passed) advances its generator by the draws it would
-  // have made.
+  // generator argument passed) moves its generator by the draws it would
+  // have made (generator_history.h: owing their regenerations).
   void skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator = nullptr,
                const fsdpskip_call_arguments* arguments = nullptr);
+  // A CPU generator's state is about to be read (reads) or replaced (a
+  // reseed, a set state); its caller holds its lock. What it owes is paid
+  // first, or dropped.
+  void generator_touched(c10::GeneratorImpl* generator, bool reads);
+  // The regenerations `generator` owes (tests).
+  uint64_t owed_regenerations(c10::GeneratorImpl* generator) { return generators_.owed(generator); }
   // After a ZERO_LAZILY: zeroes self exactly, releasing whole pages.
   void zero_lazily(const at::Tensor& self);
   void audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds);
@@ -216,6 +223,8 @@ class Tracker {
   // reseeded since).
   void warn_if_unreproduced(fsdpskip_kernel kernel, const at::Tensor& self,
                             const compat::GeneratorArgument& generator);
+  // Before a normal_ or uniform_ on self runs: its generator pays what it owes.
+  void pay_before_drawing(const at::Tensor& self, const compat::GeneratorArgument& generator);
   // An any() answered on zeros: the generator this thread last advanced may
   // have been drawn from again, by as much as the values would have asked.
   void note_unreproduced();
@@ -259,7 +268,7 @@ class Tracker {
     uint64_t seed;
   };
   std::vector<Unreproduced> unreproduced_;
-  GeneratorHistory generators_;  // where skipped calls' generators stood
+  GeneratorHistory generators_;  // where skipped calls' generators stood, and what they owe
   std::atomic<size_t> unreproduced_count_{0};
   Stats stats_;
   std::atomic<size_t> tracked_{0};

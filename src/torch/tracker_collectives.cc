@@ -120,6 +120,7 @@ void Tracker::end_loading_locked(bool by_rank0_data) {
   if (!tagged_any_.load() || !loading_.exchange(false)) return;
   if (by_rank0_data) stats_.loading_ended = true;
   zeroed_while_loading_.clear();  // nothing is tagged until the next loading phase
+  generators_.settle_all();
   // Comparisons are answered from known zeros only while loading: a write
   // fsdpskip does not see (index_put_, numpy) cannot mislead a later phase.
   if (zeros_known_.load() != 0)

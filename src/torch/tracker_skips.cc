@@ -17,12 +17,23 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self, const comp
     draws = random_draws(kernel, self).value_or(0);  // decide_init ran only a call it could count
     drawn_from = cpu_generator(*generator);
   }
-  const char* unreplayable = nullptr;
-  SkippedCall call = describe_call(kernel, self, arguments, &unreplayable);
-  const at::Tensor* copy_source =
-      kernel == FSDPSKIP_COPY && arguments ? static_cast<const at::Tensor*>(arguments->value) : nullptr;
-  skip_storage(kernel, self, std::move(call), unreplayable, copy_source, drawn_from, draws);
+  try {
+    const char* unreplayable = nullptr;
+    SkippedCall call = describe_call(kernel, self, arguments, &unreplayable);
+    const at::Tensor* copy_source =
+        kernel == FSDPSKIP_COPY && arguments ? static_cast<const at::Tensor*>(arguments->value) : nullptr;
+    skip_storage(kernel, self, std::move(call), unreplayable, copy_source, drawn_from, draws);
+  } catch (const std::exception&) {
+    // The kernel runs on self after all: its generator pays what it owes first.
+    if (drawn_from) generators_.settle(drawn_from->unsafeGetGeneratorImpl(), false);
+    throw;
+  }
   if (drawn_from) t_last_advanced.emplace(drawn_from->getIntrusivePtr());
+}
+
+void Tracker::generator_touched(c10::GeneratorImpl* generator, bool reads) {
+  if (reads) generators_.settle(generator, true);
+  else generators_.forget(generator);
 }
 
 const char* Tracker::describe_copy_source_locked(const at::Tensor& src, SkippedCall& call) {
@@ -56,7 +67,7 @@ void Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, Skipp
         record->calls.reserve(std::max<size_t>(2, 2 * record->calls.size()));
       if (generator) generators_.reserve();
       first = mark_skipped_locked(*record, kernel, self);
-      if (generator) generators_.advance(*generator, draws, call);
+      if (generator) generators_.record(*generator, draws, call);
       if (unreplayable == nullptr) record->calls.push_back(std::move(call));
       else mark_unreplayable_locked(*record, unreplayable);
       tagged = true;

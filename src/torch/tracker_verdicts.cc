@@ -21,9 +21,23 @@ fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& 
   if (is_random(kernel)) {
     if (probing_random_kernels()) return FSDPSKIP_RUN;
     if (generator != nullptr && unreproduced_count_.load() != 0 && !loading()) warn_if_unreproduced(kernel, self, *generator);
-    if (!random_draws(kernel, self)) return writes(self, traced(kernel, self, FSDPSKIP_RUN));
+    fsdpskip_verdict verdict =
+        random_draws(kernel, self) ? decide_init_untraced(self, false) : FSDPSKIP_RUN;
+    // A kernel that draws pays what its generator owes first; a skipped one
+    // adds to it (skipped()).
+    if (verdict != FSDPSKIP_SKIP && generator != nullptr && generators_.owing()) pay_before_drawing(self, *generator);
+    return writes(self, traced(kernel, self, verdict));
   }
   return writes(self, traced(kernel, self, decide_init_untraced(self, kernel == FSDPSKIP_ZERO)));
+}
+
+void Tracker::pay_before_drawing(const at::Tensor& self, const compat::GeneratorArgument& argument) {
+  if (!self.device().is_cpu()) return;
+  try {
+    generators_.settle(cpu_generator(argument).unsafeGetGeneratorImpl(), false);
+  } catch (const std::exception&) {
+    // another device's generator: the kernel raises torch's own error
+  }
 }
 
 void Tracker::warn_if_unreproduced(fsdpskip_kernel kernel, const at::Tensor& self,

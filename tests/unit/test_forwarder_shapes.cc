@@ -366,6 +366,40 @@ const std::map<std::string, Check>& checks() {
          calls.original("set_data", &self, {&new_data});
          calls.plugin({{"data_set", -1, {&self}}});
        }},
+      {"generator_get_state",
+       [](const Row&) {
+         at::CPUGeneratorImpl generator{};
+         Calls calls(FSDPSKIP_RUN);
+         c10::intrusive_ptr<c10::TensorImpl> state = generator.get_state();
+         EXPECT_EQ(state.target, shape_original_state()) << "the result did not come back";
+         calls.original("CPUGeneratorImpl::get_state", &generator);
+         calls.plugin({{"generator_touched", 1, {&generator}}});
+       }},
+      {"generator_set_current_seed",
+       [](const Row&) {
+         at::CPUGeneratorImpl generator{};
+         Calls calls(FSDPSKIP_RUN);
+         generator.set_current_seed(0x123456789abcull);
+         calls.original("CPUGeneratorImpl::set_current_seed", &generator, {}, {}, {0x123456789abcl});
+         calls.plugin({{"generator_touched", 0, {&generator}}});
+       }},
+      {"generator_seed",
+       [](const Row&) {
+         at::CPUGeneratorImpl generator{};
+         Calls calls(FSDPSKIP_RUN);
+         EXPECT_EQ(generator.seed(), kShapeOriginalSeed) << "the result did not come back";
+         calls.original("CPUGeneratorImpl::seed", &generator);
+         calls.plugin({{"generator_touched", 0, {&generator}}});
+       }},
+      {"generator_set_state",
+       [](const Row&) {
+         at::CPUGeneratorImpl generator{};
+         c10::TensorImpl state{};
+         Calls calls(FSDPSKIP_RUN);
+         generator.set_state(state);
+         calls.original("CPUGeneratorImpl::set_state", &generator, {&state});
+         calls.plugin({{"generator_touched", 0, {&generator}}});
+       }},
       {"gloo_broadcast", [](const Row&) { check_broadcast<c10d::ProcessGroupGloo>("ProcessGroupGloo::broadcast"); }},
       {"broadcast_coalesced_by_value",
        [](const Row&) { check_coalesced<c10::intrusive_ptr<c10d::ProcessGroup>>("broadcast_coalesced(by value)"); }},

@@ -26,6 +26,20 @@ std::vector<uint8_t> state_bytes(const at::Generator& generator) {
   return std::vector<uint8_t>(state.data_ptr<uint8_t>(), state.data_ptr<uint8_t>() + state.numel());
 }
 
+// torch.get_rng_state() as the preload serves it: the generator pays what it
+// owes first (CPUGeneratorImpl::get_state's interposer, under its lock).
+std::vector<uint8_t> read_state(at::Generator generator) {
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    Tracker::instance().generator_touched(generator.unsafeGetGeneratorImpl(), true);
+  }
+  return state_bytes(generator);
+}
+
+uint64_t owed(const at::Generator& generator) {
+  return Tracker::instance().owed_regenerations(generator.unsafeGetGeneratorImpl());
+}
+
 TEST(RandomDraws, DiscardingLeavesTheEngineWhereItsCallsDo) {
   for (uint64_t before : {0u, 1u, 100u, 623u, 624u, 625u}) {
     for (uint64_t draws : {0u, 1u, 2u, 622u, 623u, 624u, 625u, 1247u, 1248u, 1249u, 5000u, 100003u}) {
@@ -171,9 +185,57 @@ TEST(RandomDraws, ASkippedInitAdvancesItsGenerator) {
     Tracker::instance().skipped(FSDPSKIP_NORMAL, param, &argument);
     at::Tensor ran = torch::empty({300, 17});
     ran.normal_(0.0, 1.0, reference);
-    EXPECT_EQ(state_bytes(used), state_bytes(reference)) << (passed ? "passed" : "default");
+    EXPECT_EQ(owed(used), 9u) << "5116 draws from a fresh seed span 9 regenerations, owed until the state is read";
+    EXPECT_EQ(read_state(used), state_bytes(reference)) << (passed ? "passed" : "default");
+    EXPECT_EQ(owed(used), 0u);
     EXPECT_EQ(param.abs().sum().item<double>(), 0.0) << "skipped memory reads as zeros";
   }
+}
+
+// What a generator owes for skipped calls is paid before anything it draws
+// that fsdpskip sees (a normal_ that runs: decide_init), and is dropped by
+// a reseed (set_current_seed's interposer). A draw fsdpskip does not see
+// (randperm) takes its values from the earlier words, and the generator
+// still ends where it would without fsdpskip.
+TEST(RandomDraws, AGeneratorPaysWhatItOwesBeforeADrawAndNotAfterAReseed) {
+  Tracker& tracker = Tracker::instance();
+  tracker.start(nullptr);
+  tracker.set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(5);
+  at::Generator reference = at::make_generator<at::CPUGeneratorImpl>(5);
+  compat::GeneratorArgument argument(generator);
+  auto skip_init = [&](int64_t rows) {
+    at::Tensor param = torch::empty({rows, 1000});
+    tracker.tag(compat::storage_of(param.unsafeGetTensorImpl()));
+    ASSERT_EQ(tracker.decide_init(FSDPSKIP_NORMAL, param, &argument), FSDPSKIP_SKIP);
+    tracker.skipped(FSDPSKIP_NORMAL, param, &argument);
+    torch::empty({rows, 1000}).normal_(0.0, 1.0, reference);
+  };
+  skip_init(3000);
+  skip_init(2000);
+  EXPECT_EQ(owed(generator), 8013u) << "5M draws: 8013 regenerations owed";
+  at::Tensor drawn = torch::empty({64}), expected = torch::empty({64});
+  ASSERT_EQ(tracker.decide_init(FSDPSKIP_UNIFORM, drawn, &argument), FSDPSKIP_RUN);
+  EXPECT_EQ(owed(generator), 0u) << "paid before the kernel draws";
+  drawn.uniform_(0.0, 1.0, generator);
+  expected.uniform_(0.0, 1.0, reference);
+  EXPECT_TRUE(drawn.equal(expected)) << "a draw after a skip is the draw without fsdpskip";
+
+  skip_init(700);
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    tracker.generator_touched(generator.unsafeGetGeneratorImpl(), false);
+    generator.set_current_seed(5);
+  }
+  EXPECT_EQ(owed(generator), 0u) << "a reseed drops the debt";
+  EXPECT_EQ(read_state(generator), state_bytes(at::make_generator<at::CPUGeneratorImpl>(5)));
+
+  reference.set_current_seed(5);
+  skip_init(700);
+  at::randperm(1000, generator);
+  at::randperm(1000, reference);
+  EXPECT_EQ(read_state(generator), state_bytes(reference)) << "an unseen draw moves it by as much";
+  tracker.set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
 }
 
 // A source's replay (Tracker::sending): each skipped storage gets, bitwise,
@@ -213,7 +275,9 @@ TEST(RandomDraws, ASourceReplaysItsSkippedCallsBitwise) {
     at::Tensor row = first[3];
     skip(FSDPSKIP_ZERO, row, {0, 0, nullptr, false});
     skip(FSDPSKIP_NORMAL, next, {0.0, 0.02, nullptr, false});
-    torch::empty({5}).normal_(0.0, 1.0, generator);
+    at::Tensor small = torch::empty({5});  // as the interposer runs it: decided first
+    ASSERT_EQ(tracker.decide_init(FSDPSKIP_NORMAL, small, &argument), FSDPSKIP_RUN);
+    small.normal_(0.0, 1.0, generator);
     skip(FSDPSKIP_UNIFORM, second, {-1.0, 1.0, nullptr, false});
     c10::Scalar quarter(0.25);
     skip(FSDPSKIP_FILL, third, {0, 0, &quarter, true});
@@ -222,7 +286,7 @@ TEST(RandomDraws, ASourceReplaysItsSkippedCallsBitwise) {
     ASSERT_EQ(tracker.decide_copy(converted, first), FSDPSKIP_SKIP);
     fsdpskip_call_arguments copy_arguments{0, 0, &first, false};
     tracker.skipped(FSDPSKIP_COPY, converted, nullptr, &copy_arguments);
-    EXPECT_EQ(state_bytes(generator), state_bytes(reference)) << "skipped calls advance it as the kernels would";
+    EXPECT_EQ(read_state(generator), state_bytes(reference)) << "skipped calls advance it as the kernels would";
 
     std::vector<at::Tensor> sent = in_order ? std::vector<at::Tensor>{first, next, second, third, converted}
                                             : std::vector<at::Tensor>{next, converted, third, second, first};
