@@ -86,8 +86,21 @@ def generators_after_inits():
         kept.append(nn.Parameter(torch.empty(40, 41, dtype=dtype)))
         kept[-1].data.normal_(generator=own)
         kept[-1].data[:, :5].uniform_(generator=own)
-    return {"default": digest(torch.get_rng_state()), "passed": digest(own.get_state()),
-            "default_next": digest(torch.rand(16)), "passed_next": digest(torch.rand(16, generator=own))}
+    facts = {"default": digest(torch.get_rng_state()), "passed": digest(own.get_state()),
+             "default_next": digest(torch.rand(16)), "passed_next": digest(torch.rand(16, generator=own))}
+    # What a skipping rank's generator owes is dropped by a reseed (to the very
+    # state it stood at) and by a restored state, and an unseen draw (randperm)
+    # leaves it where it would be, though its own values may differ.
+    for name, between in (("reseeded", lambda: torch.manual_seed(11)),
+                          ("restored", lambda: torch.set_rng_state(saved)),
+                          ("after_randperm", lambda: torch.randperm(5000))):
+        torch.manual_seed(11)
+        saved = torch.get_rng_state()
+        kept.append(nn.Parameter(torch.empty(700, 900)))
+        nn.init.normal_(kept[-1])
+        between()
+        facts[name] = digest(torch.get_rng_state())
+    return facts
 
 
 def nn_init():
