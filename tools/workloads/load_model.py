@@ -26,7 +26,7 @@ SIZES = {  # name: (hidden, intermediate, layers, vocab)
     "0.5b": (1536, 4096, 14, 32000),
     "1b": (2048, 5504, 16, 32000),
 }
-STYLES = ("hf4", "torch", "trunc", "hf5", "meta", "megatron")
+STYLES = ("hf4", "torch", "trunc", "hf5", "meta", "megatron", "to_empty")
 HELD = []  # --hold: models that live until interpreter shutdown
 TENSOR_PARALLEL = {"size": 1, "rank": 0}  # --groups: this rank's place in its tensor-parallel group
 
@@ -121,12 +121,21 @@ def init_weights(model, style, std=0.02):
 def build(size, style):
     if style == "meta":  # the ideal: built on meta, materialised, no init at all
         return build_on_meta(size).to_empty(device="cpu")
+    if style == "to_empty":  # FSDP2's and torchtitan's: built on meta, materialised, then each module's own init
+        model = build_on_meta(size, "torch").to_empty(device="cpu")
+        for module in model.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                module.reset_parameters()  # kaiming_uniform_ and uniform_; normal_
+        for name, param in model.named_parameters():
+            if name.endswith("norm"):
+                nn.init.ones_(param)
+        return model
     model = Model(size, style)
     init_weights(model, style)
     return model
 
 
-def build_on_meta(size):
+def build_on_meta(size, style="hf4"):
     # torch 1.13 has no `with torch.device("meta")`: route torch.empty there.
     cpu_empty = torch.empty
 
@@ -136,7 +145,7 @@ def build_on_meta(size):
 
     torch.empty = meta_empty
     try:
-        return Model(size, "hf4")
+        return Model(size, style)
     finally:
         torch.empty = cpu_empty
 
