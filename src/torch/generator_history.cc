@@ -8,15 +8,6 @@
 #include "random_draws.h"
 
 namespace fsdpskip {
-namespace {
-
-void set_state_held(at::CPUGeneratorImpl* cpu, const at::mt19937_data_pod& state) {
-  at::mt19937 engine = cpu->engine();
-  engine.set_data(state);
-  cpu->set_engine(engine);
-}
-
-}  // namespace
 
 void GeneratorHistory::reserve() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -49,7 +40,7 @@ void GeneratorHistory::settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry) {
     // Draws not seen since took their places from the earlier words; the
     // place after them is the same either way.
     regenerate_times(state.state_.data(), entry.owed);
-    set_state_held(cpu, state);
+    set_engine_state(cpu, state);
     entry.owed = 0;
     owing_.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -82,7 +73,7 @@ void GeneratorHistory::record(const at::Generator& generator, uint64_t draws, Sk
   uint64_t regenerations = move_place(state, draws);
   if (regenerations != 0 && entry->owed == 0) owing_.fetch_add(1, std::memory_order_relaxed);
   entry->owed += regenerations;
-  set_state_held(cpu, state);
+  set_engine_state(cpu, state);
   entry->expected = GeneratorFingerprint(state);
 }
 

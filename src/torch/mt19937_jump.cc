@@ -1,5 +1,7 @@
 #include "mt19937_jump.h"
 
+#include <ATen/core/MT19937RNGEngine.h>
+
 #include <cstring>
 #include <memory>
 #include <new>
@@ -9,8 +11,9 @@ namespace {
 
 #include "mt19937_jumps.inc"
 
-constexpr int kShift = 397;
-constexpr uint32_t kMatrixA = 0x9908b0dfu, kUpperMask = 0x80000000u, kLowerMask = 0x7fffffffu;
+constexpr int kShift = at::MERSENNE_STATE_M;  // 397
+constexpr uint32_t kMatrixA = at::MATRIX_A, kUpperMask = at::UMASK, kLowerMask = at::LMASK;
+static_assert(kMtWords == at::MERSENNE_STATE_N, "torch's MT19937 state size");
 constexpr int kDegree = 19937;
 // A jump sums the states 0 .. kDegree - 1 words ahead: the words up to
 // kDegree - 1 + 624, whole regenerations of them.

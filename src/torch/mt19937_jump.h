@@ -8,7 +8,7 @@
 
 namespace fsdpskip {
 
-constexpr int kMtWords = 624;
+constexpr int kMtWords = 624;  // at::MERSENNE_STATE_N (mt19937_jump.cc checks)
 
 // MT19937's regeneration of all 624 words (what the engine does once every
 // 624 outputs).

@@ -14,8 +14,6 @@
 namespace fsdpskip {
 namespace {
 
-constexpr int kStateWords = kMtWords;
-
 // The counts read off torch's sources. Half and bfloat16 normal_ changed
 // between 2.6 and 2.14: it fills blocks of 16 in float, so the elements past
 // the last whole block are drawn once, in the recomputed last 16, not twice.
@@ -143,10 +141,10 @@ uint64_t move_place(at::mt19937_data_pod& state, uint64_t draws) {
     return 0;
   }
   uint64_t after_first = draws - before_regeneration - 1;  // outputs after the first regeneration's first one
-  uint64_t read = 1 + after_first % kStateWords;           // of the last regeneration's words
-  state.left_ = kStateWords + 1 - static_cast<int>(read);
+  uint64_t read = 1 + after_first % kMtWords;           // of the last regeneration's words
+  state.left_ = kMtWords + 1 - static_cast<int>(read);
   state.next_ = static_cast<uint32_t>(read);
-  return 1 + after_first / kStateWords;
+  return 1 + after_first / kMtWords;
 }
 
 void discard_draws(at::mt19937_data_pod& state, uint64_t draws) {
@@ -165,8 +163,7 @@ at::Generator cpu_generator(const compat::GeneratorArgument& argument) {
   return argument.has_value() && argument->defined() ? *argument : at::detail::getDefaultCPUGenerator();
 }
 
-void advance_held(at::CPUGeneratorImpl* cpu, at::mt19937_data_pod& state, uint64_t draws) {
-  discard_draws(state, draws);
+void set_engine_state(at::CPUGeneratorImpl* cpu, const at::mt19937_data_pod& state) {
   at::mt19937 engine = cpu->engine();
   engine.set_data(state);
   cpu->set_engine(engine);
@@ -176,7 +173,8 @@ void advance(const at::Generator& generator, uint64_t draws) {
   auto* cpu = at::check_generator<at::CPUGeneratorImpl>(generator);
   std::lock_guard<std::mutex> lock(cpu->mutex_);
   at::mt19937_data_pod state = cpu->engine().data();
-  advance_held(cpu, state, draws);
+  discard_draws(state, draws);
+  set_engine_state(cpu, state);
 }
 
 }  // namespace fsdpskip

@@ -65,8 +65,7 @@ bool freshly_seeded(const at::Generator& generator);
 // Advances `generator` (a CPU generator) by `draws` outputs, under its lock.
 void advance(const at::Generator& generator, uint64_t draws);
 
-// The same for a caller that holds `cpu->mutex_` and has read the engine's
-// `state` (which it then holds advanced, as the generator does).
-void advance_held(at::CPUGeneratorImpl* cpu, at::mt19937_data_pod& state, uint64_t draws);
+// Gives `cpu`'s engine `state`; the caller holds `cpu->mutex_`.
+void set_engine_state(at::CPUGeneratorImpl* cpu, const at::mt19937_data_pod& state);
 
 }  // namespace fsdpskip
