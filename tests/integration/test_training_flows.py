@@ -11,6 +11,7 @@ venv's suite), and there a missing one fails; elsewhere they are skipped
 import importlib.util
 import json
 import os
+import re
 
 import pytest
 
@@ -26,11 +27,12 @@ NEEDS = {"ddp-from-config": ("transformers",), "fsdp2-broadcast": ("transformers
          "fabric-ddp": ("transformers", "lightning")}
 
 
-def job(tmp_path, flow, preload):
+def job(tmp_path, flow, preload, nproc=2):
     out = tmp_path / ("%s-%s" % (flow, "with" if preload else "without"))
     out.mkdir()
-    done, ranks = torchrun([FLOWS, flow, "--out", str(out)], str(out), preload=preload, **job_variables(flow, preload))
-    assert [r["rank"] for r in ranks] == [0, 1], done.stderr[-3000:]
+    done, ranks = torchrun([FLOWS, flow, "--out", str(out)], str(out), nproc=nproc, preload=preload,
+                           **job_variables(flow, preload))
+    assert [r["rank"] for r in ranks] == list(range(nproc)), done.stderr[-3000:]
     return done, ranks
 
 
@@ -43,7 +45,7 @@ def test_training_is_bitwise_unchanged_and_rank1_builds_for_a_fraction(tmp_path,
         assert ranks[rank]["losses"] == plain[rank]["losses"], (rank, plain[rank], ranks[rank])
         assert ranks[rank]["final"] == plain[rank]["final"], (rank, plain[rank], ranks[rank])
         assert ranks[rank]["made"] == plain[rank]["made"], (rank, plain[rank], ranks[rank])
-        assert ranks[rank]["equal_to_rank0"] and plain[rank]["equal_to_rank0"], rank
+        assert ranks[rank]["equal_to_source"] and plain[rank]["equal_to_source"], rank
     model = ranks[1]["model_bytes"]
     assert plain[1]["rss_growth_bytes"] > 0.9 * model, plain[1]  # without fsdpskip, rank 1 commits the model
     if not SANITIZED:
@@ -53,6 +55,29 @@ def test_training_is_bitwise_unchanged_and_rank1_builds_for_a_fraction(tmp_path,
     assert len(summary) == 1 and summary[0].endswith("pending 0"), said
     assert not any("error" in line or "warning" in line for line in said), said
     assert said_by_fsdpskip(rank_lines(done, 0)) == []
+
+
+def test_a_tensor_parallel_source_replays_its_init_as_deepspeed_sends_it(tmp_path):
+    """DeepSpeed's engine on 4 ranks with 2-way tensor-parallel groups (its
+    mpu): data-parallel groups {0, 2} and {1, 3}, each rank seeded apart,
+    so rank 1 (local rank 1) is a source. Under fsdpskip rank 1 skips, then
+    replays every skipped storage as _broadcast_model sends it; ranks 2
+    and 3 skip and receive; every rank trains bitwise as without it."""
+    frameworks_installed("transformers", "deepspeed")
+    _, plain = job(tmp_path, "deepspeed-tensor-parallel", preload=False, nproc=4)
+    done, ranks = job(tmp_path, "deepspeed-tensor-parallel", preload=True, nproc=4)
+    for rank in range(4):
+        assert ranks[rank]["losses"] == plain[rank]["losses"], (rank, plain[rank], ranks[rank])
+        assert ranks[rank]["final"] == plain[rank]["final"], (rank, plain[rank], ranks[rank])
+        assert ranks[rank]["equal_to_source"] and plain[rank]["equal_to_source"], rank
+    assert said_by_fsdpskip(rank_lines(done, 0)) == []
+    summaries = {rank: summary_lines("\n".join(said_by_fsdpskip(rank_lines(done, rank))), rank) for rank in (1, 2, 3)}
+    assert all(len(lines) == 1 and lines[0].endswith("pending 0") for lines in summaries.values()), summaries
+    storages = re.search(r" on (\d+) storages ", summaries[1][0]).group(1)
+    assert "replayed %s before sending them" % storages in summaries[1][0], summaries[1]
+    for rank in (2, 3):
+        assert "replayed" not in summaries[rank][0] and "resolved by overwrite %s," % storages in summaries[rank][0], \
+            summaries[rank]
 
 
 def began_training_lines(done):
@@ -81,7 +106,7 @@ def test_adapters_a_sync_leaves_out_are_named_when_training_begins(tmp_path):
     frameworks_installed("transformers", "peft")
     done_plain, plain = job(tmp_path, "peft-left-out", preload=False)
     done, ranks = job(tmp_path, "peft-left-out", preload=True)
-    assert plain[1]["equal_to_rank0"] and not ranks[1]["equal_to_rank0"], (plain[1], ranks[1])
+    assert plain[1]["equal_to_source"] and not ranks[1]["equal_to_source"], (plain[1], ranks[1])
     assert said_by_fsdpskip(rank_lines(done_plain, 1)) == []
     warning, storages = began_training_lines(done)
     assert "after rank 0's broadcast, which did not cover every skipped storage: 16 skipped storages" in warning, warning

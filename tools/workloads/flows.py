@@ -2,7 +2,8 @@
 user runs it: every rank builds the model (initialising it), the framework
 hands rank 0's values to the others, then a few optimizer steps. Writes
 rank<N>.json: rank 1's build time and peak RSS growth, whether every rank
-held rank 0's values after the sync, each step's loss (exact, as hex) and a
+held its source's values after the sync (rank 0's, or its
+data-parallel group's first rank's in a tensor-parallel flow), each step's loss (exact, as hex) and a
 digest of the final parameters, so that a run under fsdpskip can be compared
 bitwise with one without it. Nothing is reseeded after the build: a skipped
 init advances the generator it would have drawn from, so the batches drawn
@@ -196,6 +197,13 @@ def peft_left_out():
 # Digests a flow takes of what it made before training, compared with the
 # run without fsdpskip like the losses (rank<N>.json's "made").
 MADE = {}
+# The flow's tensor-parallel size T: each rank holds, after the sync, the
+# values of its data-parallel group's first rank (rank mod T; rank 0 when T
+# is 1).
+TENSOR_PARALLEL = {"size": 1}
+# The sync's own seconds and peak RSS growth, where a flow measures it apart:
+# a source rank pays its deferred init there (tensor-parallel flows).
+SYNC = {}
 
 
 def peft_after_sync():
@@ -238,6 +246,68 @@ def deepspeed_engine():
     model, seconds, growth = measured(lambda: LlamaForCausalLM(llama_config()))
     engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=adamw(model), config={
         "train_micro_batch_size_per_gpu": BATCH, "zero_optimization": {"stage": 0}, "steps_per_print": 1 << 30})
+    return model, seconds, growth, lambda: train(engine, optimizer, engine.backward, engine.step)
+
+
+class TensorParallelGroups:
+    """Megatron's mpu, as DeepSpeed takes it (deepspeed.initialize's `mpu`):
+    2-way tensor parallelism inside each pair of consecutive ranks, so the
+    data-parallel groups are {0, 2} and {1, 3}, and global rank 1 (local
+    rank 1) is its group's source. Every rank makes every group, in the
+    same order."""
+    SIZE = 2
+
+    def __init__(self):
+        world, rank = dist.get_world_size(), dist.get_rank()
+        for first in range(0, world, self.SIZE):
+            ranks = list(range(first, first + self.SIZE))
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                self.model_group = group
+        for first in range(self.SIZE):
+            ranks = list(range(first, world, self.SIZE))
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                self.data_group, self.data_ranks = group, ranks
+
+    def get_model_parallel_group(self):
+        return self.model_group
+
+    def get_model_parallel_rank(self):
+        return dist.get_rank(self.model_group)
+
+    def get_model_parallel_world_size(self):
+        return self.SIZE
+
+    def get_data_parallel_group(self):
+        return self.data_group
+
+    def get_data_parallel_rank(self):
+        return dist.get_rank(self.data_group)
+
+    def get_data_parallel_world_size(self):
+        return len(self.data_ranks)
+
+    def get_data_parallel_group_ranks(self):
+        return self.data_ranks
+
+
+def deepspeed_tensor_parallel():
+    """DeepSpeed's engine with 2-way tensor-parallel groups (4 ranks,
+    TensorParallelGroups as its mpu): each rank builds its model-parallel
+    part, seeded by its own rank so that no two ranks build alike (a
+    Llama of SHAPE stands in for the part), and _broadcast_model sends
+    each data-parallel group's first rank's parameters to the others: ranks
+    0 and 1 are sources, 2 and 3 receive."""
+    import deepspeed
+    from transformers import LlamaForCausalLM
+    groups = TensorParallelGroups()
+    TENSOR_PARALLEL["size"] = groups.SIZE
+    torch.manual_seed(dist.get_rank())
+    model, seconds, growth = measured(lambda: LlamaForCausalLM(llama_config()))
+    (engine, optimizer, _, _), SYNC["seconds"], SYNC["rss_growth_bytes"] = measured(
+        lambda: deepspeed.initialize(model=model, optimizer=adamw(model), mpu=groups, config={
+            "train_micro_batch_size_per_gpu": BATCH, "zero_optimization": {"stage": 0}, "steps_per_print": 1 << 30}))
     return model, seconds, growth, lambda: train(engine, optimizer, engine.backward, engine.step)
 
 
@@ -401,7 +471,8 @@ def save(directory):
 FLOWS = {"ddp-from-config": ddp_from_config, "fsdp2-broadcast": fsdp2_broadcast,
          "custom-init-weights": custom_init_weights, "peft-before-sync": peft_before_sync,
          "peft-after-sync": peft_after_sync, "peft-left-out": peft_left_out, "fabric-ddp": fabric_ddp,
-         "deepspeed-engine": deepspeed_engine, "from-pretrained": from_pretrained, "reward-unsynced": reward_unsynced,
+         "deepspeed-engine": deepspeed_engine, "deepspeed-tensor-parallel": deepspeed_tensor_parallel,
+         "from-pretrained": from_pretrained, "reward-unsynced": reward_unsynced,
          "trl-dpo": trl_dpo, "axolotl-fsdp2": axolotl_fsdp2, "axolotl-lora": axolotl_lora}
 # Flows that read a checkpoint (--directory), made by `save` with the
 # transformers that reads it.
@@ -431,8 +502,9 @@ def main():
     everyone = gathered(parameter_digests(model))
     result = {"flow": args.flow, "rank": dist.get_rank(), "build_seconds": seconds, "rss_growth_bytes": growth,
               "model_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-              "equal_to_rank0": all(d == everyone[0] for d in everyone)}
+              "equal_to_source": all(d == everyone[rank % TENSOR_PARALLEL["size"]] for rank, d in enumerate(everyone))}
     result["made"] = MADE
+    result["sync"] = SYNC
     result["losses"] = training()
     result["final"] = combined(parameter_digests(model))
     result["versions"] = {name: sys.modules[name].__version__
