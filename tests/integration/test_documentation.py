@@ -1,4 +1,5 @@
-"""What the manual states that has a home elsewhere: the framework tables
+"""What the manual states that has a home elsewhere: the headline and the
+summary line are the node benchmark's last run, the framework tables
 are the framework suite's last run as its generator renders them, the
 package list is tools/bootstrap's, and every README command is run by a
 named test (the tables generated from the source's own tables, in
@@ -15,6 +16,7 @@ from harness import SOURCE_DIR
 README = os.path.join(SOURCE_DIR, "README.md")
 FRAMEWORKS_PAGE = os.path.join(SOURCE_DIR, "docs", "frameworks.md")
 FRAMEWORKS = os.path.join(SOURCE_DIR, "tools", "frameworks", "run")
+NODE_RESULTS = os.path.join(SOURCE_DIR, "bench-results", "node.md")
 
 
 def table_after(heading, page=README):
@@ -41,6 +43,18 @@ def test_the_generators_jump_table_is_what_its_tool_writes():
     checked = subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "tools", "mt19937-jumps"), "--check"],
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr
+
+
+def test_the_headline_and_the_summary_line_are_the_node_benchmarks_last_run():
+    """The README's first table is tools/bench/node's headline, and the
+    summary line the README and docs/report.md show is one that run printed."""
+    assert table_after("# fsdpskip") == table_after("## Headline", NODE_RESULTS)
+    with open(NODE_RESULTS) as f:
+        printed = re.findall(r"^- \S+ on: `(fsdpskip: .*)`$", f.read(), re.M)
+    for page in (README, os.path.join(SOURCE_DIR, "docs", "report.md")):
+        with open(page) as f:
+            shown = re.findall(r"^fsdpskip: local rank .*$", f.read(), re.M)
+        assert shown and all(line in printed for line in shown), (page, shown, printed)
 
 
 def test_framework_tables_are_the_framework_suites_last_results():
