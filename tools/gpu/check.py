@@ -39,9 +39,15 @@ fail, without it:
                         DDP over NCCL with device_ids, a training step: rank 1
                         equals rank 0, nothing pending ("one GPU: skipped" on a
                         machine with one)
+  j. fsdp1_hybrid_shard four processes, one GPU each, as two nodes of two:
+                        FSDP1 HYBRID_SHARD with sync_module_states, whose
+                        inter-node broadcast has local rank 1 as a source:
+                        every rank equals rank 0, rank 1 replayed what it
+                        skipped before sending, nothing pending ("fewer than
+                        4 GPUs: skipped" on a smaller machine)
 A step whose framework is not importable says "skipped: not installed" and
 makes the verdict "incomplete" (exit status 1); one the machine cannot run
-(a second GPU) says "n/a" and leaves it a pass
+(a second or a fourth GPU) says "n/a" and leaves it a pass
 (what the GPU machine lacks can travel with the checkout: put a
 `pip install --target` directory on PYTHONPATH). Prints a table and writes
 gpu-check.json. Without a GPU it says "no GPU" and exits 1."""
@@ -230,6 +236,35 @@ def two_gpus_nccl(args):
             "all_finite": all(bool(torch.isfinite(p).all()) for p in model.parameters())}
 
 
+def fsdp1_hybrid_shard(args):
+    """One rank of a four-process job, a GPU each, laid out as two nodes of
+    two: the model built on the CPU (a different seed per rank), then FSDP1
+    HYBRID_SHARD with sync_module_states on a (2 replicate x 2 shard) mesh.
+    Its inter-node broadcast sends from each local index's rank on node 0,
+    so global rank 1, local rank 1, sends to rank 3; from torch 2.14 it
+    comes before the intra-node broadcast from each node's first rank, so
+    rank 1 sends before anything reached it. Then a training step, and
+    every rank's full parameters."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(rank)
+    dist = init_group("nccl", rank, 4)
+    mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("replicate", "shard"))
+    wrapped = FullyShardedDataParallel(cpu_model(seed=rank), device_id=rank, sync_module_states=True,
+                                       sharding_strategy=ShardingStrategy.HYBRID_SHARD, device_mesh=mesh)
+    wrapped(torch.ones(8, 1024, device="cuda")).sum().backward()
+    torch.cuda.synchronize()
+    with FullyShardedDataParallel.summon_full_params(wrapped):
+        digests = [digest(p) for p in wrapped.parameters()]
+        finite = all(bool(torch.isfinite(p).all()) for p in wrapped.parameters())
+    everyone = [None] * 4
+    dist.all_gather_object(everyone, digests)
+    dist.destroy_process_group()
+    return {"equal_to_rank0": all(d == everyone[0] for d in everyone), "all_finite": finite}
+
+
 def save_checkpoint(args):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -305,7 +340,7 @@ def probe_gpu(args):
 
 CHILDREN = {f.__name__: f for f in (init_on_cuda, nccl_broadcast, two_ranks_gloo, save_checkpoint, from_pretrained,
                                      record_stream, fsdp1_sync_module_states, lightning_fsdp, bf16_checkpoint,
-                                     accelerate_fsdp2_bf16, two_gpus_nccl, probe_gpu)}
+                                     accelerate_fsdp2_bf16, two_gpus_nccl, fsdp1_hybrid_shard, probe_gpu)}
 
 
 # ---- the parent: runs the children, judges, prints ------------------------
@@ -483,11 +518,27 @@ def judge_two_gpus_nccl(runner):
         results[1]["equal_to_rank0"], report["storages_skipped"], report["pending_count"]), {"report": report}
 
 
+def judge_fsdp1_hybrid_shard(runner):
+    if runner.gpus < 4:
+        raise Skipped("fewer than 4 GPUs: skipped", machine_cannot=True)
+    port = free_port()
+    ranks = [runner.start("fsdp1_hybrid_shard", True, "fsdp1_hybrid_shard.%d" % r, port=port, RANK=r, LOCAL_RANK=r,
+                          WORLD_SIZE=4) for r in range(4)]
+    results = [runner.finish(p)[0] for p in ranks]
+    reports = [runner.report("fsdp1_hybrid_shard.%d" % r) for r in (1, 2, 3)]
+    ok = all(r["equal_to_rank0"] and r["all_finite"] for r in results) and all(map(resolved, reports)) and \
+        reports[0]["storages_replayed"] == reports[0]["storages_skipped"]
+    return ok, "every rank equal to rank 0: %s; rank 1 (an inter-node source) replayed %d of %d skipped storages; " \
+        "pending on ranks 1-3: %s" % (all(r["equal_to_rank0"] for r in results), reports[0]["storages_replayed"],
+                                      reports[0]["storages_skipped"], [r["pending_count"] for r in reports]), \
+        {"reports": reports}
+
+
 STEPS = [("a init_on_cuda", judge_init_on_cuda), ("b nccl_broadcast", judge_nccl_broadcast),
          ("c two_ranks_gloo", judge_two_ranks_gloo), ("d from_pretrained", judge_from_pretrained),
          ("e record_stream", judge_record_stream), ("f fsdp1_sync_module_states", judge_fsdp1_sync_module_states),
          ("g lightning_fsdp", judge_lightning_fsdp), ("h accelerate_fsdp2_bf16", judge_accelerate_fsdp2_bf16),
-         ("i two_gpus_nccl", judge_two_gpus_nccl)]
+         ("i two_gpus_nccl", judge_two_gpus_nccl), ("j fsdp1_hybrid_shard", judge_fsdp1_hybrid_shard)]
 
 
 def verdict_of(statuses):
