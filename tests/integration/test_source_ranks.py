@@ -10,15 +10,19 @@ with exit status 3. A skipped value never leaves its rank."""
 import json
 import os
 import re
+import socket
 
 import pytest
 import torch
 
-from harness import COMMAND, LOAD_MODEL, environment, rank_lines, run, said_by_fsdpskip, summary_lines, torchrun
+from harness import (COMMAND, LOAD_MODEL, environment, rank_lines, require, run, said_by_fsdpskip, summary_lines,
+                     torchrun)
 import launch  # tools/workloads, put on the path by harness
 from test_distributed import TRUNC_NORMAL_IS_A_CHAIN
 
-pytestmark = [pytest.mark.every_torch]
+# Every test here runs against every torch, but the two nodes in network
+# namespaces of their own: the host's suite alone (root, and `ip` on the
+# machine), since what they add is the network, not the torch.
 
 
 def job(tmp_path, *args, nproc, preload=True, **variables):
@@ -58,6 +62,7 @@ def assert_receiver_skipped(done, rank, local_rank=None):
     assert count(line, "overwrite") > 0 and count(line, "pending") == 0 and count(line, "replayed") == 0, line
 
 
+@pytest.mark.every_torch
 @pytest.mark.parametrize("sync", ["broadcast", "ddp"])
 def test_tensor_parallel_data_parallel_groups_end_as_without_fsdpskip(tmp_path, sync):
     """Four ranks, the data-parallel groups of 2-way tensor parallelism:
@@ -76,6 +81,7 @@ def test_tensor_parallel_data_parallel_groups_end_as_without_fsdpskip(tmp_path, 
     assert_receiver_skipped(done, 3)
 
 
+@pytest.mark.every_torch
 def test_a_broadcast_from_rank1_ends_as_without_fsdpskip(tmp_path):
     """Two ranks, dist.broadcast(p, src=1) per parameter: rank 1, local rank
     1, is the source. It replays its skipped inits (normal_, zero_, fill_)
@@ -89,6 +95,7 @@ def test_a_broadcast_from_rank1_ends_as_without_fsdpskip(tmp_path):
     assert said_by_fsdpskip(rank_lines(done, 0)) == [], "rank 0 prints nothing"
 
 
+@pytest.mark.every_torch
 def test_megatrons_master_weight_then_slice_ends_as_without_fsdpskip(tmp_path):
     """Megatron's CPU init: every rank initialises a full master weight (not
     a parameter: it runs) and copies its tensor-parallel slice into its
@@ -102,6 +109,7 @@ def test_megatrons_master_weight_then_slice_ends_as_without_fsdpskip(tmp_path):
         assert count(summary(done, rank), "pending") == 0
 
 
+@pytest.mark.every_torch
 def test_a_source_that_cannot_replay_stops_before_it_sends(tmp_path):
     """trunc_normal_ on a source: its later steps (erfinv_, mul_, add_,
     clamp_, up to torch 2.11) or its rejection sampling (from 2.12) cannot be
@@ -128,9 +136,13 @@ def test_a_source_that_cannot_replay_stops_before_it_sends(tmp_path):
     assert not (out / "rank1.json").exists() and not (out / "rank0.json").exists()
 
 
-def test_two_nodes_sync_from_rank0_and_every_expected_rank_reports(tmp_path):
-    """torchrun --nnodes 2 --nproc_per_node 2 as two agents on loopback (one
-    machine, so one host name for both nodes), DDP's sync from global rank 0.
+@pytest.mark.every_torch("loopback")
+@pytest.mark.parametrize("network", ["loopback", "namespaces"])
+def test_two_nodes_sync_from_rank0_and_every_expected_rank_reports(tmp_path, network):
+    """torchrun --nnodes 2 --nproc_per_node 2 as two agents, DDP's sync from
+    global rank 0: on loopback (one machine, so one host name for both
+    nodes), or each node in a network namespace of its own, joined by a
+    veth pair, under a host name of its own (launch.NetworkNodes; root).
     Node 1's local rank 0 (global rank 2) stays inactive and receives; each
     node's local rank 1 skips and receives. Their reports, named %h-%r,
     come from both nodes, and `fsdpskip report` over them finds every rank
@@ -139,8 +151,15 @@ def test_two_nodes_sync_from_rank0_and_every_expected_rank_reports(tmp_path):
     out.mkdir()
     args = [LOAD_MODEL, "--out", str(out), "--size", "tiny", "--style", "hf4", "--sync", "ddp", "--seed-per-rank",
             "--verify"]
-    done = launch.run_nodes(args, environment(True, FSDPSKIP="on", FSDPSKIP_REPORT=str(reports / "%h-%r.json")),
-                            timeout=600)
+    variables = environment(True, FSDPSKIP="on", FSDPSKIP_REPORT=str(reports / "%h-%r.json"))
+    if network == "namespaces":
+        require("root", os.geteuid() == 0, "makes network namespaces: needs root")
+        with launch.NetworkNodes() as nodes:
+            done = launch.run_nodes(args, variables, timeout=600, network=nodes)
+        expected_names = ["%s-%d.json" % (host, rank) for host, rank in zip(nodes.hostnames, (1, 3))]
+    else:
+        done = launch.run_nodes(args, variables, timeout=600)
+        expected_names = ["%s-%d.json" % (socket.gethostname(), rank) for rank in (1, 3)]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = {rank: json.loads((out / ("rank%d.json" % rank)).read_text()) for rank in range(4)}
     assert [ranks[rank]["local_rank"] for rank in range(4)] == [0, 1, 0, 1]
@@ -148,13 +167,13 @@ def test_two_nodes_sync_from_rank0_and_every_expected_rank_reports(tmp_path):
     for rank in (1, 3):
         assert_receiver_skipped(done, rank, local_rank=1)
     assert said_by_fsdpskip(rank_lines(done, 2)) == [], "node 1's local rank 0 is inactive"
-    names = sorted(os.listdir(str(reports)))
-    assert [name.rsplit("-", 1)[1] for name in names] == ["1.json", "3.json"], names
+    assert sorted(os.listdir(str(reports))) == expected_names
     gathered = json.loads(run([COMMAND, "report", "--json", str(reports)], preload=False).stdout)
     assert gathered["verdict"] == "pass", gathered
     assert gathered["totals"]["expected_reports"] == 2 and gathered["totals"]["missing_ranks"] == [], gathered
 
 
+@pytest.mark.every_torch
 @pytest.mark.skipif(tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 6), reason="FSDP2 from torch 2.6")
 def test_hybrid_sharding_on_a_2d_mesh_ends_as_without_fsdpskip(tmp_path):
     """FSDP2 on a replicate x shard mesh of four ranks: rank 0's values

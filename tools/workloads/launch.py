@@ -97,26 +97,82 @@ def _run_once(script_args, env, nproc, timeout, prefix):
     return _gathered(script_args, workers, timeout)
 
 
-def run_nodes(script_args, env, nodes=2, nproc_per_node=2, timeout=None):
+def run_nodes(script_args, env, nodes=2, nproc_per_node=2, timeout=None, network=None):
     """A job of `nodes` nodes of `nproc_per_node` ranks on this machine, as
     a multi-node job starts it: one torchrun agent per node (--nnodes,
-    --node_rank, static rendezvous at 127.0.0.1), or, where torchrun's agent
-    cannot start, each node's ranks with the variables it would give them.
-    Every node has this machine's host name. Returns a CompletedProcess
-    whose stdout and stderr carry each rank's lines prefixed
-    [default<global rank>]:."""
-    return _past_torch_exit_aborts(lambda: _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout))
+    --node_rank, static rendezvous at the first node), or, where torchrun's
+    agent cannot start, each node's ranks with the variables it would give
+    them. Without `network` every node is this machine, on loopback, with
+    its host name; with one (NetworkNodes) each node runs in its own
+    network and has its own host name. Returns a CompletedProcess whose
+    stdout and stderr carry each rank's lines prefixed [default<global
+    rank>]:."""
+    return _past_torch_exit_aborts(lambda: _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout,
+                                                           network))
 
 
-def _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout):
+class NetworkNodes:
+    """Two nodes on this machine, each with a network and a host name of its
+    own: a network namespace per node (ip netns), joined by a veth pair
+    whose two ends have one name, so that gloo is told its interface
+    (GLOO_SOCKET_IFNAME) alike on both, and a UTS namespace per node's
+    processes for its host name. A context manager; needs root."""
+    INTERFACE = "fsdpskip0"
+
+    def __init__(self):
+        tag = os.getpid() % 100000
+        self.namespaces = ["fsdpskip-node%d-%d" % (node, tag) for node in range(2)]
+        self.addresses = ["10.213.%d.%d" % (tag % 250, node + 1) for node in range(2)]
+        self.hostnames = ["fsdpskip-node%d" % node for node in range(2)]
+
+    def __enter__(self):
+        ends = ["fsa%d" % (os.getpid() % 100000), "fsb%d" % (os.getpid() % 100000)]
+        try:
+            for namespace in self.namespaces:
+                _ip("netns", "add", namespace)
+            _ip("link", "add", ends[0], "type", "veth", "peer", "name", ends[1])
+            for namespace, end, address in zip(self.namespaces, ends, self.addresses):
+                _ip("link", "set", end, "netns", namespace)
+                _ip("-n", namespace, "link", "set", end, "name", self.INTERFACE)
+                _ip("-n", namespace, "addr", "add", address + "/24", "dev", self.INTERFACE)
+                _ip("-n", namespace, "link", "set", self.INTERFACE, "up")
+                _ip("-n", namespace, "link", "set", "lo", "up")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_):
+        for namespace in self.namespaces:  # the veth pair goes with them
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+
+    def prefix(self, node):
+        """The command words that run a program as node `node`: in its network, under its host name."""
+        return ["ip", "netns", "exec", self.namespaces[node], "unshare", "--uts", "--", "sh", "-c",
+                'hostname "$0" && exec "$@"', self.hostnames[node]]
+
+
+def _ip(*args):
+    done = subprocess.run(["ip"] + list(args), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OSError("ip %s: %s" % (" ".join(args), done.stderr.strip()))
+
+
+def _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout, network):
     port = free_port()
     world = nodes * nproc_per_node
     env = dict(env, USE_LIBUV=env.get("USE_LIBUV", "0"))
+    master = network.addresses[0] if network else "127.0.0.1"
+    if network:
+        env["GLOO_SOCKET_IFNAME"] = network.INTERFACE
+
+    def prefix(node):
+        return network.prefix(node) if network else []
     if torchrun_agent_can_start(env):
         agents = [subprocess.Popen(
-            [PYTHON, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank", str(node),
-             "--nproc_per_node", str(nproc_per_node), "--redirects", "2", "--tee", "2", "--master_addr", "127.0.0.1",
-             "--master_port", str(port)] + script_args,
+            prefix(node) + [PYTHON, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank", str(node),
+                            "--nproc_per_node", str(nproc_per_node), "--redirects", "2", "--tee", "2",
+                            "--master_addr", master, "--master_port", str(port)] + script_args,
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for node in range(nodes)]
         outputs, ended = _until_one_fails(agents, timeout)
         # The status of an agent that failed of itself, not of one ended for it.
@@ -133,9 +189,9 @@ def _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout):
     for rank in range(world):
         rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank % nproc_per_node), WORLD_SIZE=str(world),
                         LOCAL_WORLD_SIZE=str(nproc_per_node), GROUP_RANK=str(rank // nproc_per_node),
-                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        workers.append(subprocess.Popen([PYTHON] + script_args, env=rank_env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True))
+                        MASTER_ADDR=master, MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        workers.append(subprocess.Popen(prefix(rank // nproc_per_node) + [PYTHON] + script_args, env=rank_env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return _gathered(script_args, workers, timeout)
 
 
