@@ -43,8 +43,9 @@ fail, without it:
                         FSDP1 HYBRID_SHARD with sync_module_states, whose
                         inter-node broadcast has local rank 1 as a source:
                         every rank equals rank 0, rank 1 replayed what it
-                        skipped before sending, nothing pending ("fewer than
-                        4 GPUs: skipped" on a smaller machine)
+                        skipped where it sent before receiving, nothing
+                        pending ("fewer than 4 GPUs: skipped" on a smaller
+                        machine)
 A step whose framework is not importable says "skipped: not installed" and
 makes the verdict "incomplete" (exit status 1); one the machine cannot run
 (a second or a fourth GPU) says "n/a" and leaves it a pass
@@ -241,17 +242,25 @@ def fsdp1_hybrid_shard(args):
     two: the model built on the CPU (a different seed per rank), then FSDP1
     HYBRID_SHARD with sync_module_states on a (2 replicate x 2 shard) mesh.
     Its inter-node broadcast sends from each local index's rank on node 0,
-    so global rank 1, local rank 1, sends to rank 3; from torch 2.14 it
-    comes before the intra-node broadcast from each node's first rank, so
-    rank 1 sends before anything reached it. Then a training step, and
-    every rank's full parameters."""
+    so global rank 1, local rank 1, sends to rank 3. Which broadcast comes
+    first changed between torch releases (pytorch #178569 put the
+    inter-node one first), so each rank records the groups FSDP syncs over,
+    in order: rank 1 sends before anything reached it where its first sync
+    is over {1, 3}. Then a training step, and every rank's full
+    parameters."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy, _init_utils
     rank = int(os.environ["RANK"])
     torch.cuda.set_device(rank)
     dist = init_group("nccl", rank, 4)
     mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("replicate", "shard"))
+    synced_over, sync = [], _init_utils._sync_module_params_and_buffers
+
+    def recorded_sync(module, params, process_group):
+        synced_over.append(dist.get_process_group_ranks(process_group))
+        return sync(module, params, process_group)
+    _init_utils._sync_module_params_and_buffers = recorded_sync
     wrapped = FullyShardedDataParallel(cpu_model(seed=rank), device_id=rank, sync_module_states=True,
                                        sharding_strategy=ShardingStrategy.HYBRID_SHARD, device_mesh=mesh)
     wrapped(torch.ones(8, 1024, device="cuda")).sum().backward()
@@ -262,7 +271,8 @@ def fsdp1_hybrid_shard(args):
     everyone = [None] * 4
     dist.all_gather_object(everyone, digests)
     dist.destroy_process_group()
-    return {"equal_to_rank0": all(d == everyone[0] for d in everyone), "all_finite": finite}
+    return {"equal_to_rank0": all(d == everyone[0] for d in everyone), "all_finite": finite,
+            "synced_over": synced_over}
 
 
 def save_checkpoint(args):
@@ -372,6 +382,13 @@ class Runner:
     def run(self, child, preload, name=None, **variables):
         return self.finish(self.start(child, preload, name or child, **variables))
 
+    def run_ranks(self, child, world):
+        """`world` processes of one job under the preload, rank r on local rank r: their results."""
+        port = free_port()
+        ranks = [self.start(child, True, "%s.%d" % (child, r), port=port, RANK=r, LOCAL_RANK=r, WORLD_SIZE=world)
+                 for r in range(world)]
+        return [self.finish(p)[0] for p in ranks]
+
     def report(self, name):
         with open(os.path.join(self.work, name + ".report.json")) as f:
             return json.load(f)
@@ -400,10 +417,7 @@ def judge_nccl_broadcast(runner):
 
 
 def judge_two_ranks_gloo(runner):
-    port = free_port()
-    ranks = [runner.start("two_ranks_gloo", True, "two_ranks_gloo.%d" % r, port=port, RANK=r, LOCAL_RANK=r,
-                          WORLD_SIZE=2) for r in (0, 1)]
-    results = [runner.finish(p)[0] for p in ranks]
+    results = runner.run_ranks("two_ranks_gloo", 2)
     report = runner.report("two_ranks_gloo.1")
     ok = all(r["equal_to_rank0"] and r["all_finite"] for r in results) and report["pending_count"] == 0 and \
         report["storages_skipped"] > 0
@@ -508,10 +522,7 @@ def judge_accelerate_fsdp2_bf16(runner):
 def judge_two_gpus_nccl(runner):
     if runner.gpus < 2:
         raise Skipped("one GPU: skipped", machine_cannot=True)
-    port = free_port()
-    ranks = [runner.start("two_gpus_nccl", True, "two_gpus_nccl.%d" % r, port=port, RANK=r, LOCAL_RANK=r,
-                          WORLD_SIZE=2) for r in (0, 1)]
-    results = [runner.finish(p)[0] for p in ranks]
+    results = runner.run_ranks("two_gpus_nccl", 2)
     report = runner.report("two_gpus_nccl.1")
     ok = all(r["equal_to_rank0"] and r["all_finite"] for r in results) and resolved(report)
     return ok, "rank 1 equal to rank 0: %s; skipped %d storages, pending %d" % (
@@ -521,17 +532,18 @@ def judge_two_gpus_nccl(runner):
 def judge_fsdp1_hybrid_shard(runner):
     if runner.gpus < 4:
         raise Skipped("fewer than 4 GPUs: skipped", machine_cannot=True)
-    port = free_port()
-    ranks = [runner.start("fsdp1_hybrid_shard", True, "fsdp1_hybrid_shard.%d" % r, port=port, RANK=r, LOCAL_RANK=r,
-                          WORLD_SIZE=4) for r in range(4)]
-    results = [runner.finish(p)[0] for p in ranks]
+    results = runner.run_ranks("fsdp1_hybrid_shard", 4)
     reports = [runner.report("fsdp1_hybrid_shard.%d" % r) for r in (1, 2, 3)]
+    # Rank 1 sends first where its first sync is the inter-node one: then it
+    # must replay every storage it skipped; otherwise it has received rank
+    # 0's values before it sends, and has nothing to replay.
+    sends_first = results[1]["synced_over"][0] == [1, 3]
+    replayed, skipped = reports[0]["storages_replayed"], reports[0]["storages_skipped"]
     ok = all(r["equal_to_rank0"] and r["all_finite"] for r in results) and all(map(resolved, reports)) and \
-        reports[0]["storages_replayed"] == reports[0]["storages_skipped"]
-    return ok, "every rank equal to rank 0: %s; rank 1 (an inter-node source) replayed %d of %d skipped storages; " \
-        "pending on ranks 1-3: %s" % (all(r["equal_to_rank0"] for r in results), reports[0]["storages_replayed"],
-                                      reports[0]["storages_skipped"], [r["pending_count"] for r in reports]), \
-        {"reports": reports}
+        replayed == (skipped if sends_first else 0)
+    return ok, "every rank equal to rank 0: %s; rank 1 synced over %s, and replayed %d of %d skipped storages; " \
+        "pending on ranks 1-3: %s" % (all(r["equal_to_rank0"] for r in results), results[1]["synced_over"], replayed,
+                                      skipped, [r["pending_count"] for r in reports]), {"reports": reports}
 
 
 STEPS = [("a init_on_cuda", judge_init_on_cuda), ("b nccl_broadcast", judge_nccl_broadcast),

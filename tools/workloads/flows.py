@@ -24,6 +24,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch  # noqa: E402
+from load_model import data_parallel_group  # noqa: E402
 from measure import digest, gathered, measured  # noqa: E402
 
 STEPS = 4
@@ -264,11 +265,8 @@ class TensorParallelGroups:
             group = dist.new_group(ranks)
             if rank in ranks:
                 self.model_group = group
-        for first in range(self.SIZE):
-            ranks = list(range(first, world, self.SIZE))
-            group = dist.new_group(ranks)
-            if rank in ranks:
-                self.data_group, self.data_ranks = group, ranks
+        self.data_group, source = data_parallel_group(self.SIZE)
+        self.data_ranks = list(range(source, world, self.SIZE))
 
     def get_model_parallel_group(self):
         return self.model_group

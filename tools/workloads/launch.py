@@ -120,13 +120,13 @@ class NetworkNodes:
     INTERFACE = "fsdpskip0"
 
     def __init__(self):
-        tag = os.getpid() % 100000
-        self.namespaces = ["fsdpskip-node%d-%d" % (node, tag) for node in range(2)]
-        self.addresses = ["10.213.%d.%d" % (tag % 250, node + 1) for node in range(2)]
+        self.tag = os.getpid() % 100000  # this job's namespaces and interfaces apart from another's
+        self.namespaces = ["fsdpskip-node%d-%d" % (node, self.tag) for node in range(2)]
+        self.addresses = ["10.213.%d.%d" % (self.tag % 250, node + 1) for node in range(2)]
         self.hostnames = ["fsdpskip-node%d" % node for node in range(2)]
 
     def __enter__(self):
-        ends = ["fsa%d" % (os.getpid() % 100000), "fsb%d" % (os.getpid() % 100000)]
+        ends = ["fsa%d" % self.tag, "fsb%d" % self.tag]
         try:
             for namespace in self.namespaces:
                 _ip("netns", "add", namespace)
