@@ -4,7 +4,7 @@
 #include <sys/mman.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <torch/torch.h>
+#include <torch/types.h>  // not torch/torch.h, which doubles the compile time
 #include <unistd.h>
 
 #include <atomic>

@@ -3,7 +3,8 @@
 // fresh parameter (its pages first touched, as an unpatched init's are).
 // One thread; prints one JSON object per line, medians of 5 (tools/bench/run).
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <ATen/Parallel.h>
+#include <torch/types.h>  // not torch/torch.h, which doubles the compile time
 
 #include <algorithm>
 #include <chrono>
@@ -29,7 +30,7 @@ double median_seconds(Body body) {
 }  // namespace
 
 int main() {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(1);
   for (c10::ScalarType dtype : {at::kFloat, at::kDouble})
     for (int64_t elements : {int64_t{1} << 20, int64_t{1} << 24}) {
