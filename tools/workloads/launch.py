@@ -62,6 +62,13 @@ TORCH_EXIT_ABORT = "terminate called without an active exception"
 TORCH_EXIT_RERUNS = 2
 
 
+# What every torchrun agent here is given: each rank's stderr into its
+# output, prefixed; and its workers checked every 0.1 s, torch 2's default,
+# where torch 1.13's 5 s keep a job of a few seconds waiting, after its ranks
+# ended, for the agent to notice.
+AGENT_OPTIONS = ["--monitor_interval", "0.1", "--redirects", "2", "--tee", "2"]
+
+
 def run(script_args, env, nproc=2, timeout=None, prefix=()):
     """Runs `python script_args...` on nproc ranks; returns a CompletedProcess
     whose stdout and stderr carry each rank's lines prefixed [default<rank>]:.
@@ -83,8 +90,8 @@ def _past_torch_exit_aborts(run_once):
 def _run_once(script_args, env, nproc, timeout, prefix):
     env = dict(env, USE_LIBUV=env.get("USE_LIBUV", "0"))
     if torchrun_agent_can_start(env):
-        command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--redirects", "2",
-                   "--tee", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + script_args
+        command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)] + AGENT_OPTIONS + [
+                   "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + script_args
         return subprocess.run(list(prefix) + command, env=env, capture_output=True, text=True, timeout=timeout)
     port = free_port()
     workers = []
@@ -171,8 +178,8 @@ def _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout, network):
     if torchrun_agent_can_start(env):
         agents = [subprocess.Popen(
             prefix(node) + [PYTHON, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank", str(node),
-                            "--nproc_per_node", str(nproc_per_node), "--redirects", "2", "--tee", "2",
-                            "--master_addr", master, "--master_port", str(port)] + script_args,
+                            "--nproc_per_node", str(nproc_per_node)] + AGENT_OPTIONS +
+            ["--master_addr", master, "--master_port", str(port)] + script_args,
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for node in range(nodes)]
         outputs, ended = _until_one_fails(agents, timeout)
         # The status of an agent that failed of itself, not of one ended for it.
