@@ -88,7 +88,7 @@ def test_two_rank_job_through_run_then_report(tmp_path):
     out, reports = tmp_path / "out", tmp_path / "reports" / "job"
     out.mkdir()
     done, ranks = torchrun([LOAD_MODEL, "--out", str(out), "--size", "tiny", "--style", "hf4", "--sync", "ddp",
-                            "--verify"], str(out), preload=False,
+                            "--verify"], str(out), preload=False, agent=True,
                            prefix=[COMMAND, "run", "--mode", "on", "--report", str(reports / "rank%r.json"), "--"])
     assert [r["equal_to_rank0"] for r in ranks] == [True, True]
     summary = summary_lines("\n".join(rank_lines(done, 1)), 1)

@@ -24,10 +24,11 @@ measures_memory = pytest.mark.skipif(SANITIZED, reason="ASan's allocator commits
 TRUNC_NORMAL_IS_A_CHAIN = "erfinv" in inspect.getsource(torch.nn.init._no_grad_trunc_normal_)
 
 
-def job(tmp_path, *args, preload=True, **variables):
+def job(tmp_path, *args, preload=True, agent=False, **variables):
     out = tmp_path / ("out-%d" % len(list(tmp_path.iterdir())))
     out.mkdir()
-    done, ranks = torchrun([LOAD_MODEL, "--out", str(out)] + list(args), str(out), preload=preload, **variables)
+    done, ranks = torchrun([LOAD_MODEL, "--out", str(out)] + list(args), str(out), preload=preload, agent=agent,
+                           **variables)
     assert len(ranks) == 2, done.stdout[-2000:]
     return done, ranks
 
@@ -81,13 +82,17 @@ def test_rank1s_generator_ends_where_it_would_without_fsdpskip(tmp_path, style):
 @pytest.mark.emulated('hf4-ddp', 'torch-broadcast')
 @pytest.mark.parametrize("style,sync", [("hf4", "ddp"), ("torch", "broadcast"), ("trunc", "ddp"), ("hf5", "ddp")])
 def test_rank1_skips_then_holds_rank0_values(tmp_path, style, sync):
+    """LD_PRELOAD=libfsdpskip.so torchrun …, as the README runs a job: the
+    agent, a process with torch and the preload, prints nothing either."""
     # The tiny transformers-5 placeholders are under 1 MiB: zeroed by memset,
     # nothing skipped, so rank 1's summary is printed at debug level only.
     log = "debug" if style == "hf5" else "summary"
     done, ranks = job(tmp_path, "--size", "tiny", "--style", style, "--sync", sync, "--verify", FSDPSKIP="on",
-                      FSDPSKIP_LOG=log)
+                      FSDPSKIP_LOG=log, agent=True)
     assert_synced(ranks)
     assert said_by_fsdpskip(rank_lines(done, 0)) == [], "rank 0 prints nothing"
+    unprefixed = [l for l in (done.stdout + done.stderr).splitlines() if not l.startswith("[default")]
+    assert said_by_fsdpskip(unprefixed) == [], "the launcher prints nothing"
     line = summary(done)
     assert counts(line)["pending"] == 0, line
     if style != "hf5":  # transformers-5 placeholders have no init to skip

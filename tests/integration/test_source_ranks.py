@@ -121,7 +121,7 @@ def test_a_source_that_cannot_replay_stops_before_it_sends(tmp_path):
     out.mkdir()
     args = [LOAD_MODEL, "--out", str(out), "--size", "tiny", "--style", "trunc", "--sync", "broadcast", "--source",
             "1", "--seed-per-rank", "--timeout", "60"]
-    done = launch.run(args, environment(True, FSDPSKIP="on"), nproc=2, timeout=600)
+    done = launch.run(args, environment(True, FSDPSKIP="on"), nproc=2, timeout=600, agent=False)
     assert done.returncode != 0
     lines = said_by_fsdpskip(rank_lines(done, 1))
     assert lines, done.stderr[-3000:]

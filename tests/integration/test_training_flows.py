@@ -150,7 +150,7 @@ def test_an_unsynced_reward_model_is_named_when_training_begins(tmp_path):
     stopped = launch.run([FLOWS, "reward-unsynced", "--directory", str(checkpoint), "--out", str(out)],
                          environment(True, PYTHONPATH=paths, FSDPSKIP_ON_PENDING="abort",
                                      FSDPSKIP_REPORT=str(out / "report-%r.json"),
-                                     **job_variables("reward-unsynced", True)), nproc=2, timeout=600)
+                                     **job_variables("reward-unsynced", True)), nproc=2, timeout=600, agent=False)
     assert stopped.returncode != 0, "rank 1 trains on zeros: the job must stop"
     with open(out / "report-1.json") as f:
         pending = json.load(f)["pending"]

@@ -69,12 +69,14 @@ TORCH_EXIT_RERUNS = 2
 AGENT_OPTIONS = ["--monitor_interval", "0.1", "--redirects", "2", "--tee", "2"]
 
 
-def run(script_args, env, nproc=2, timeout=None, prefix=()):
+def run(script_args, env, nproc=2, timeout=None, prefix=(), agent=True):
     """Runs `python script_args...` on nproc ranks; returns a CompletedProcess
     whose stdout and stderr carry each rank's lines prefixed [default<rank>]:.
-    `prefix` goes before the launcher (`fsdpskip run --`), or before each
-    rank where ranks are started directly, as srun would."""
-    return _past_torch_exit_aborts(lambda: _run_once(script_args, env, nproc, timeout, prefix))
+    With `agent`, through torchrun's agent where it can start; without, the
+    ranks are started directly. `prefix` goes before the launcher (`fsdpskip
+    run --`), or before each rank where ranks are started directly, as srun
+    would."""
+    return _past_torch_exit_aborts(lambda: _run_once(script_args, env, nproc, timeout, prefix, agent))
 
 
 def _past_torch_exit_aborts(run_once):
@@ -87,9 +89,9 @@ def _past_torch_exit_aborts(run_once):
     return done
 
 
-def _run_once(script_args, env, nproc, timeout, prefix):
+def _run_once(script_args, env, nproc, timeout, prefix, agent):
     env = dict(env, USE_LIBUV=env.get("USE_LIBUV", "0"))
-    if torchrun_agent_can_start(env):
+    if agent and torchrun_agent_can_start(env):
         command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)] + AGENT_OPTIONS + [
                    "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + script_args
         return subprocess.run(list(prefix) + command, env=env, capture_output=True, text=True, timeout=timeout)
@@ -182,9 +184,7 @@ def _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout, network):
             ["--master_addr", master, "--master_port", str(port)] + script_args,
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for node in range(nodes)]
         outputs, ended = _until_one_fails(agents, timeout)
-        # The status of an agent that failed of itself, not of one ended for it.
-        status = next((agent.returncode for agent in agents if agent.returncode and agent not in ended),
-                      next((agent.returncode for agent in agents if agent.returncode), 0))
+        status = _status(agents, ended)
 
         def global_prefixes(text, node):  # an agent prefixes its node's local ranks
             return re.sub(r"\[default(\d+)\]:", lambda m: "[default%d]:" % (node * nproc_per_node + int(m.group(1))),
@@ -202,43 +202,50 @@ def _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout, network):
     return _gathered(script_args, workers, timeout)
 
 
-def _until_one_fails(agents, timeout):
-    """Each agent's (stdout, stderr), read as they run, and the agents ended
-    here. An agent that fails ends the others: torchrun's agent would
-    otherwise wait 300 s for its peer at the job's final barrier."""
-    outputs, ended = [None] * len(agents), []
+def _until_one_fails(processes, timeout):
+    """Each process's (stdout, stderr), read as they run, and the processes
+    ended here. One that fails ends the others, as torchrun's agent ends a
+    job's workers: an agent would otherwise wait 300 s for its peer at the
+    job's final barrier, and a rank at its collective for gloo's timeout."""
+    outputs, ended = [None] * len(processes), []
 
     def read(index):
-        outputs[index] = agents[index].communicate()
-    readers = [threading.Thread(target=read, args=(index,)) for index in range(len(agents))]
+        outputs[index] = processes[index].communicate()
+    readers = [threading.Thread(target=read, args=(index,)) for index in range(len(processes))]
     for reader in readers:
         reader.start()
     deadline = None if timeout is None else time.monotonic() + timeout
     while any(reader.is_alive() for reader in readers):
-        failed = any(agent.returncode not in (None, 0) for agent in agents)
+        failed = any(process.returncode not in (None, 0) for process in processes)
         late = deadline is not None and time.monotonic() > deadline
         if failed or late:
-            for agent in agents:
-                if agent.returncode is None:
-                    agent.kill() if late else agent.terminate()
-                    ended.append(agent)
+            for process in processes:
+                if process.returncode is None:
+                    process.kill() if late else process.terminate()
+                    ended.append(process)
             for reader in readers:
                 reader.join()
             if late:
-                raise subprocess.TimeoutExpired(agents[0].args, timeout)
+                raise subprocess.TimeoutExpired(processes[0].args, timeout)
             break
         time.sleep(0.2)
     return outputs, ended
 
 
+def _status(processes, ended):
+    """The status of a process that failed of itself, not of one ended for it."""
+    return next((process.returncode for process in processes if process.returncode and process not in ended),
+                next((process.returncode for process in processes if process.returncode), 0))
+
+
 def _gathered(script_args, workers, timeout):
-    stdout, stderr, status = [], [], 0
-    for rank, worker in enumerate(workers):
-        out, err = worker.communicate(timeout=timeout)
+    outputs, ended = _until_one_fails(workers, timeout)
+    stdout, stderr = [], []
+    for rank, (out, err) in enumerate(outputs):
         stdout += ["[default%d]:%s" % (rank, line) for line in out.splitlines()]
         stderr += ["[default%d]:%s" % (rank, line) for line in err.splitlines()]
-        status = status or worker.returncode
-    return subprocess.CompletedProcess(script_args, status, "\n".join(stdout) + "\n", "\n".join(stderr) + "\n")
+    return subprocess.CompletedProcess(script_args, _status(workers, ended), "\n".join(stdout) + "\n",
+                                       "\n".join(stderr) + "\n")
 
 
 def end_rank():
