@@ -45,7 +45,7 @@ std::string outcome(int status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  GTEST_FLAG_SET(brief, true);  // a passing test prints nothing, unless the flags say otherwise
+  GTEST_FLAG_SET(brief, true);  // a passing test prints its count alone, unless the flags say otherwise
   testing::InitGoogleTest(&argc, argv);
   if (GTEST_FLAG_GET(list_tests)) return RUN_ALL_TESTS();
   // A listing decides which tests the flags select (should_run), and runs none.
@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> names = selected_tests();
   if (names.empty()) return fprintf(stderr, "no test matches the filter '%s'\n", GTEST_FLAG_GET(filter).c_str()), 1;
 
+  signal(SIGCHLD, SIG_DFL);  // an ignored SIGCHLD, inherited, would leave no child to wait for
   std::vector<std::string> failures;
   for (const std::string& name : names) {
     fflush(stdout);
@@ -72,13 +73,17 @@ int main(int argc, char** argv) {
     if (child == 0) {
       alarm(kSecondsPerTest);
       GTEST_FLAG_SET(filter, name);
+      // The listing applied the shard; the one test named runs here whatever its index.
+      unsetenv("GTEST_TOTAL_SHARDS");
+      unsetenv("GTEST_SHARD_INDEX");
       int failed = RUN_ALL_TESTS();
       fflush(stdout);
       _exit(failed);
     }
     int status = 0;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
-    std::string failure = outcome(status);
+    pid_t waited;
+    while ((waited = waitpid(child, &status, 0)) < 0 && errno == EINTR) {}
+    std::string failure = waited == child ? outcome(status) : std::string("not waited for: ") + strerror(errno);
     if (!failure.empty()) failures.push_back(name + ": " + failure);
   }
   printf("\n%zu tests, each in a process of its own: %zu passed, %zu did not\n", names.size(),
