@@ -105,9 +105,8 @@ def said_by_fsdpskip(lines):
 def torchrun(script_args, out_dir, nproc=2, preload=True, timeout=600, prefix=(), agent=False, **variables):
     """A real multi-process job on loopback (tools/workloads/launch.py);
     returns (completed process, [rank JSON...]). The ranks are started
-    directly, with the variables torchrun gives them: its agent, one more
-    process that imports torch, costs a job 2.6 s of CPU with Debian's torch
-    1.13 and 4 s with PyPI's CUDA torch 2.15 (tools/workloads/launch.py). The
+    directly, with the variables torchrun gives them: its agent is one more
+    process that imports torch (its cost per job: docs/testing.md). The
     tests of the path users run, torchrun under the preload or under
     `fsdpskip run`, ask for the agent (where the torch's can start)."""
     done = launch.run(script_args, environment(preload, **variables), nproc=nproc, timeout=timeout, prefix=prefix,
