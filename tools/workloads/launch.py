@@ -202,16 +202,24 @@ def _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout, network):
     return _gathered(script_args, workers, timeout)
 
 
+READER_GRACE = 30  # s a killed job's output may still take to arrive
+
+
 def _until_one_fails(processes, timeout):
     """Each process's (stdout, stderr), read as they run, and the processes
     ended here. One that fails ends the others, as torchrun's agent ends a
     job's workers: an agent would otherwise wait 300 s for its peer at the
     job's final barrier, and a rank at its collective for gloo's timeout."""
-    outputs, ended = [None] * len(processes), []
+    outputs, ended, errors = [None] * len(processes), [], []
 
     def read(index):
-        outputs[index] = processes[index].communicate()
-    readers = [threading.Thread(target=read, args=(index,)) for index in range(len(processes))]
+        try:
+            outputs[index] = processes[index].communicate()
+        except BaseException as error:  # raised again by the caller, not lost with this thread
+            errors.append(error)
+    # Daemons: past a timeout, a reader may wait on a pipe that a process
+    # the kill did not reach holds (an agent's orphaned worker).
+    readers = [threading.Thread(target=read, args=(index,), daemon=True) for index in range(len(processes))]
     for reader in readers:
         reader.start()
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -223,13 +231,28 @@ def _until_one_fails(processes, timeout):
                 if process.returncode is None:
                     process.kill() if late else process.terminate()
                     ended.append(process)
-            for reader in readers:
-                reader.join()
+            ended_output = _joined(readers, READER_GRACE)
             if late:
                 raise subprocess.TimeoutExpired(processes[0].args, timeout)
+            if not ended_output:  # terminated, yet still going
+                for process in ended:
+                    process.kill()
+                if not _joined(readers, READER_GRACE):
+                    raise RuntimeError("a job's output did not end after its processes were killed: a process "
+                                       "they started holds it")
             break
         time.sleep(0.2)
+    if errors:
+        raise errors[0]
     return outputs, ended
+
+
+def _joined(threads, seconds):
+    """Whether every thread ended within `seconds` in all."""
+    until = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(max(0.0, until - time.monotonic()))
+    return not any(thread.is_alive() for thread in threads)
 
 
 def _status(processes, ended):
