@@ -1,5 +1,6 @@
 """Helpers for the integration tests: run real programs with and without the
 preload and hand back what they printed. Paths come from ctest's environment."""
+import functools
 import json
 import os
 import shutil
@@ -15,16 +16,29 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = os.path.join(HERE, "scenarios.py")
 
 
+def mapped_library(prefix):
+    """The path of the library this process maps whose name starts with `prefix`."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            if os.path.basename(path).startswith(prefix):
+                return path
+    raise RuntimeError("no %s is mapped in this process" % prefix)
+
+
 def system_library(name):
     """`name` (libm.so.6, libdl.so.2) in the directory of the libc this Python
     runs on: the system's own layout (/lib/<multiarch triplet>/ on Debian),
     not a path written out for one architecture."""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split()[-1] if len(line.split()) >= 6 else ""
-            if os.path.basename(path).startswith("libc.so"):
-                return os.path.join(os.path.dirname(path), name)
-    raise RuntimeError("no libc.so is mapped in this process")
+    return os.path.join(os.path.dirname(mapped_library("libc.so")), name)
+
+
+def torch_library():
+    """The libtorch_cpu.so that PYTHON's torch maps. pytest runs under PYTHON
+    (tests/CMakeLists.txt), so it is this process's, once torch is imported
+    here: no process of its own."""
+    import torch  # noqa: F401
+    return os.path.realpath(mapped_library("libtorch_cpu.so"))
 
 
 LIBM = system_library("libm.so.6")  # a real library that is harmless to preload
@@ -85,9 +99,24 @@ def run(command, preload=True, timeout=600, input=None, cwd=None, **variables):
                           timeout=timeout, input=input, cwd=cwd)
 
 
+def baseline(command, preload=False, **variables):
+    """run(), once per test file for each command and variables: the run
+    that several tests compare theirs against (by default the one without
+    the preload). The programs are seeded, so a second run would print the
+    same, and each costs a process that imports torch."""
+    return _baseline(tuple(command), preload, tuple(sorted((k, str(v)) for k, v in variables.items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _baseline(command, preload, variables):
+    return run(list(command), preload=preload, **dict(variables))
+
+
 def scenario(name, preload=True, **variables):
-    """Runs one of scenarios.py's scenarios; returns (its JSON, the process)."""
-    done = run([PYTHON, SCENARIOS, name], preload=preload, **variables)
+    """Runs one of scenarios.py's scenarios, its run without the preload once
+    (baseline); returns (its JSON, the process)."""
+    command = [PYTHON, SCENARIOS, name]
+    done = run(command, **variables) if preload else baseline(command, **variables)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout), done
 

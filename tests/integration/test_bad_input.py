@@ -9,12 +9,12 @@ import subprocess
 
 import pytest
 
-from harness import (PLUGIN, PYTHON, SCENARIOS, environment, foreign_plugin, fsdpskip_lines, other_architecture_copy,
-                     require, run, said_by_fsdpskip)
+from harness import (PLUGIN, PYTHON, SCENARIOS, baseline, environment, foreign_plugin, fsdpskip_lines,
+                     other_architecture_copy, require, run, said_by_fsdpskip, torch_library)
 
 
 def plain_output():
-    return run([PYTHON, SCENARIOS, "hf_init_weights"], preload=False).stdout
+    return baseline([PYTHON, SCENARIOS, "hf_init_weights"]).stdout
 
 
 @pytest.mark.parametrize("variables,needle", [
@@ -205,9 +205,7 @@ print(float(weight.abs().sum()) > 0)
 def another_libtorch():
     """A libtorch_cpu that is not the suite's own: Debian's, or the pip
     venv's (tools/pip-venv) when the suite runs Debian's."""
-    mine = run([PYTHON, "-c", "import torch; print([l.split()[-1] for l in open('/proc/self/maps') "
-                "if 'libtorch_cpu' in l][0])"], preload=False).stdout.strip()
-    assert mine.startswith("/"), "this torch's libtorch_cpu not found in its maps"
+    mine = torch_library()
     venvs = os.environ.get("FSDPSKIP_VENVS", "/var/cache/fsdpskip-venvs")
     for pattern in ["/usr/lib/*-linux-gnu/libtorch_cpu.so.*", venvs + "/pip/lib/python3*/site-packages/torch/lib/libtorch_cpu.so"]:
         for path in sorted(glob.glob(pattern)):

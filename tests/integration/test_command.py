@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from harness import (BUILD_DIR, COMMAND, LIBM, LOAD_MODEL, PRELOAD, PYTHON, SCENARIOS, SOURCE_DIR, foreign_plugin,
-                     other_architecture_copy, rank_lines, run, summary_lines, torchrun)
+                     other_architecture_copy, rank_lines, run, summary_lines, torch_library, torchrun)
 
 
 def fsdpskip(*args, command=COMMAND, **variables):
@@ -321,7 +321,7 @@ def test_doctor_on_a_broken_libtorch_fails_cleanly(tmp_path, kind):
     lib.mkdir()
     target = lib / "libtorch_cpu.so"
     if kind == "truncated":
-        with open(libtorch_cpu(), "rb") as f:
+        with open(torch_library(), "rb") as f:
             target.write_bytes(f.read(1 << 16))
     elif kind == "fifo":
         os.mkfifo(str(target))
@@ -338,20 +338,12 @@ def test_doctor_on_a_broken_libtorch_fails_cleanly(tmp_path, kind):
         assert any("is built for %s; this fsdpskip runs on %s" % (other, here) in c["detail"] for c in failed), failed
 
 
-def libtorch_cpu():
-    """The libtorch_cpu.so that PYTHON's torch maps."""
-    return os.path.realpath(subprocess.run(
-        [PYTHON, "-c", "import torch, os\nfor l in open('/proc/self/maps'):\n"
-                       " p = l.split()[-1]\n if os.path.basename(p).startswith('libtorch_cpu.so'): print(p); break"],
-        capture_output=True, text=True).stdout.strip())
-
-
 @pytest.mark.every_torch
 @pytest.mark.second_build
 @pytest.mark.emulated
 def test_doctor_reads_a_libtorch_directory():
     import torch
-    libdir = os.path.dirname(libtorch_cpu())
+    libdir = os.path.dirname(torch_library())
     status, result = doctor_json("--libtorch", libdir)
     assert status == 0, json.dumps(result, indent=1)
     assert result["torch"]["version"].split("+")[0][:3] == torch.__version__[:3]

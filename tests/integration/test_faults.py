@@ -267,9 +267,11 @@ def test_a_child_forked_while_a_thread_holds_the_linkers_lock_calls_into_torch(v
     ("zeros_produced:allocation", "rejection_sampling", "active"),
 ])
 def test_a_callback_that_fails_inside_leaves_the_call_as_without_fsdpskip(fault, scenario, expected):
-    from harness import SCENARIOS, fsdpskip_lines, scenario as run_scenario
+    from harness import SCENARIOS, baseline, fsdpskip_lines, scenario as run_scenario
     plain, _ = run_scenario(scenario, preload=False)
-    active, active_done = run_scenario(scenario, **ACTIVE)
+    active_done = baseline([PYTHON, SCENARIOS, scenario], preload=True, **ACTIVE)  # each fault's yardstick
+    assert active_done.returncode == 0, active_done.stderr
+    active = json.loads(active_done.stdout)
     faulty, done = run_scenario(scenario, FSDPSKIP_PLUGIN=os.environ["FSDPSKIP_FAULTS_PLUGIN"],
                                 FSDPSKIP_INJECT_FAULT=fault, **ACTIVE)
     assert faulty == (plain if expected == "plain" else active), (faulty, plain, active)

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from harness import (COMMAND, HERE, PYTHON, SCENARIOS, module_or_skip, rank_lines, run, said_by_fsdpskip, summary_lines,
-                     torchrun)
+from harness import (COMMAND, HERE, PYTHON, SCENARIOS, baseline, module_or_skip, rank_lines, run, said_by_fsdpskip,
+                     summary_lines, torchrun)
 
 pytestmark = [pytest.mark.every_torch, pytest.mark.second_build]
 
@@ -167,7 +167,7 @@ def test_fsdpskip_run_inside_accelerate_launch():
     accelerate's variables reach the program; auto mode acts on them. One
     process (accelerate's simple launcher): its multi-process launchers start
     torchrun's agent, which cannot start on Debian's libuv-less torch."""
-    plain = run([PYTHON, SCENARIOS, "hf_init_weights"], preload=False)
+    plain = baseline([PYTHON, SCENARIOS, "hf_init_weights"])
     skipping = run([PYTHON, SCENARIOS, "hf_init_weights"], FSDPSKIP="on", FSDPSKIP_LOCAL_RANK="1")
     assert skipping.stdout != plain.stdout
     done = run(["accelerate", "launch", "--cpu", "--num_processes", "1", "--no_python",
@@ -187,7 +187,7 @@ def test_fsdpskip_run_inside_a_two_process_accelerate_launch(tmp_path):
     import launch
     if not launch.torchrun_agent_can_start(dict(os.environ)):
         pytest.skip("torchrun's agent cannot start with this torch (no libuv)")
-    plain = json.loads(run([PYTHON, SCENARIOS, "hf_init_weights"], preload=False).stdout)
+    plain = json.loads(baseline([PYTHON, SCENARIOS, "hf_init_weights"]).stdout)
     report = str(tmp_path / "report-%l.json")
     done = run(["accelerate", "launch", "--use_fsdp", "--num_processes", "2", "--num_machines", "1",
                 "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(launch.free_port()),

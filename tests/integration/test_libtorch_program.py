@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from harness import fsdpskip_lines, run, summary_lines
+from harness import baseline, fsdpskip_lines, run, summary_lines
 
 pytestmark = [pytest.mark.every_torch, pytest.mark.second_build, pytest.mark.emulated]
 
@@ -22,7 +22,7 @@ def parameters(stdout):
 
 
 def test_rank0_is_bitwise_identical_to_no_preload():
-    plain = run([PROGRAM], preload=False)
+    plain = baseline([PROGRAM])
     rank0 = run([PROGRAM], LOCAL_RANK=0, FSDPSKIP="on")
     assert plain.returncode == rank0.returncode == 0
     assert rank0.stdout == plain.stdout
@@ -30,7 +30,7 @@ def test_rank0_is_bitwise_identical_to_no_preload():
 
 
 def test_rank1_skips_every_parameter_init_and_nothing_else():
-    plain = parameters(run([PROGRAM], preload=False).stdout)
+    plain = parameters(baseline([PROGRAM]).stdout)
     done = run([PROGRAM], LOCAL_RANK=1, FSDPSKIP="on")
     assert done.returncode == 0
     rank1 = parameters(done.stdout)
@@ -49,7 +49,7 @@ def test_rank1_skips_every_parameter_init_and_nothing_else():
 
 
 def test_skipped_call_raises_what_the_kernel_raises():
-    plain = run([PROGRAM], preload=False).stdout.splitlines()[-1]
+    plain = baseline([PROGRAM]).stdout.splitlines()[-1]
     rank1 = run([PROGRAM], LOCAL_RANK=1, FSDPSKIP="on").stdout.splitlines()[-1]
     assert plain.startswith("error: normal expects std >= 0.0")
     assert rank1 == plain
