@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import torch
 
-from harness import (COMMAND, LOAD_MODEL, PYTHON, SANITIZED, SCENARIOS, rank_lines, run, said_by_fsdpskip,
+from harness import (COMMAND, LOAD_MODEL, PYTHON, SANITIZED, SCENARIOS, rank_lines, require, run, said_by_fsdpskip,
                      summary_lines, torchrun)
 
 pytestmark = [pytest.mark.every_torch]
@@ -50,7 +50,6 @@ def assert_synced(ranks):
         assert result["late_layer_equal"] and result["late_layer_nonzero"], "a layer made after the sync is initialised"
 
 
-@pytest.mark.emulated('hf4')
 @pytest.mark.parametrize("style", ["hf4", "torch", "trunc"])
 def test_rank1s_generator_ends_where_it_would_without_fsdpskip(tmp_path, style):
     """Every rank seeds alike and builds alike (transformers-4 _init_weights,
@@ -213,10 +212,9 @@ def test_a_placeholder_nothing_wrote_is_named_when_training_begins(tmp_path):
 
 
 TEARDOWN_RUNS = 40
+RELEASE = tuple(int(v) for v in re.findall(r"\d+", torch.__version__)[:2])
 
 
-@pytest.mark.skipif(SANITIZED, reason="a race in torch's teardown, which ASan does not instrument: the plain builds "
-                    "of every torch run it")
 def test_the_never_written_scenario_ends_every_time():
     """torch 2.6's gloo can deadlock in destroy_process_group when its worker
     drops the last reference to a tensor that has a Python object (it waits
@@ -224,7 +222,11 @@ def test_the_never_written_scenario_ends_every_time():
     hold their collectives' tensors until the group is destroyed. The
     scenario that hung in 2 of about 80 runs under the preload, run 40 times
     two at a time (as ctest -j2 loads the machine), each within 120 s: every
-    run ends, and ends well."""
+    run ends, and ends well. Each run is a process that imports torch, so
+    the stress runs on the torch whose race it guards alone: the trixie
+    root's suite, which requires it (tools/torch-roots)."""
+    require("torch-2.6", RELEASE == (2, 6), "the race is torch 2.6's: its destroy_process_group was seen to hang, "
+            "no other torch's (docs/limits.md)")
     def once(_):
         try:
             done = run([PYTHON, SCENARIOS, "never_written_placeholders"], LOCAL_RANK=1, FSDPSKIP="on", timeout=120)

@@ -1,4 +1,5 @@
 """Real python3-torch programs under the preload, one process each."""
+import functools
 import json
 import os
 import tempfile
@@ -8,8 +9,10 @@ import pytest
 from harness import fsdpskip_lines, scenario, summary_lines
 
 
+@functools.lru_cache(maxsize=None)
 def three_ways(name):
-    """(without preload, local rank 0, local rank 1), FSDPSKIP=on."""
+    """(without preload, local rank 0, local rank 1), FSDPSKIP=on; once per
+    scenario, for every test that reads it."""
     plain, _ = scenario(name, preload=False)
     rank0, done0 = scenario(name, preload=True, LOCAL_RANK=0, FSDPSKIP="on")
     assert fsdpskip_lines(done0.stderr) == [], "rank 0 must print nothing"
@@ -25,7 +28,7 @@ def three_ways(name):
 
 
 @pytest.mark.every_torch
-@pytest.mark.emulated('hf_init_weights')
+@pytest.mark.emulated('nn_init')  # the runs test_every_nn_init_function_is_skipped reads
 @pytest.mark.parametrize("name", ["meta_to_empty_reset", "hf_init_weights", "nn_init", "views"])
 def test_parameter_inits_are_skipped_on_rank1_and_untouched_on_rank0(name):
     plain, rank0, rank1, done1 = three_ways(name)
@@ -48,6 +51,7 @@ def test_every_nn_init_function_is_skipped():
 
 
 @pytest.mark.every_torch
+@pytest.mark.emulated
 def test_a_skipping_ranks_generators_end_where_they_would_without_it():
     """A skipped init advances the generator it would have drawn from by the
     draws it would have made: after every init style, dtype and a passed
