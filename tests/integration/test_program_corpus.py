@@ -9,7 +9,8 @@ despite `--version`), nor as the user running the suite (`killall5` would
 signal every process of theirs): the test needs root, and each worker thread
 runs its programs as a uid of its own that no account and no process uses
 (setpriv), so that a program that signals every process it may reaches only
-its own run, and what a program leaves behind is killed by uid. A program is
+its own run, and what a program leaves behind is killed by uid (kill(-1)
+sent as that uid). A program is
 left out when its own plain runs differ (pids, times, the order of its
 subprocesses' output, its environment: a difference under the preload is
 checked against RECHECKS more plain runs, in both environments) or do not
@@ -20,10 +21,8 @@ left out for its time.
 figures the README gives."""
 import concurrent.futures
 import os
-import signal
 import subprocess
 import sys
-import time
 
 from harness import require
 
@@ -82,22 +81,17 @@ class Runner:
             result = (process.returncode, out, err)
         except subprocess.TimeoutExpired:
             result = None
-        self.kill_leftovers(process.pid)
+        self.kill_leftovers()
         if result is None:
             process.communicate(timeout=PLAIN_LIMIT)  # every holder of its pipes is gone now
         return result
 
-    def kill_leftovers(self, group):
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except OSError:
-            pass
-        # Daemons that left the group; again while one is found (it may fork as it
-        # dies), a bounded number of times (a zombie nobody reaps stays matched).
-        for _ in range(20):
-            if subprocess.run(["pkill", "-KILL", "-U", str(self.uid)], stdout=subprocess.DEVNULL).returncode:
-                break
-            time.sleep(0.05)
+    def kill_leftovers(self):
+        """Every process of the uid, daemons that left the run's session too:
+        kill(-1) sent as the uid reaches all of them but the sender, in one
+        call (a process whose SIGKILL is pending cannot fork), with no scan
+        of /proc."""
+        subprocess.run(self.prefix + ["kill", "-KILL", "-1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def check(self, program):
         """(argument, [what differed]), or None when the program does not answer
