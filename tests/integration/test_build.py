@@ -5,8 +5,24 @@ is left out, saying so; asking for the tests there
 configure with one clear message. CMAKE_DISABLE_FIND_PACKAGE_GTest stands
 in for a machine without it."""
 import os
+import pathlib
+import tempfile
 
-from harness import SOURCE_DIR, run
+import pytest
+
+from harness import BUILD_DIR, SOURCE_DIR, run
+
+
+@pytest.fixture
+def build():
+    """A new build directory inside the project's build tree, whose paths the
+    compile cache hashes relative to the checkout (tools/compile-cache): a
+    later run compiles from the cache, where a directory of another random
+    name under /tmp compiled every file anew."""
+    parent = os.path.join(BUILD_DIR, "tmp")
+    os.makedirs(parent, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="test_build.", dir=parent) as directory:
+        yield pathlib.Path(directory) / "build"
 
 
 def configure(build, *options):
@@ -14,11 +30,10 @@ def configure(build, *options):
                 "-DFSDPSKIP_BUILD_BENCHMARKS=OFF"] + list(options), preload=False)
 
 
-def test_without_googletest_the_project_configures_and_builds_without_its_tests(tmp_path):
+def test_without_googletest_the_project_configures_and_builds_without_its_tests(build):
     """The preload and the command are built here; the plugin, whose build
     takes most of the time and never involves GoogleTest, is built with the
     tests off by the one-install suite's pip install (tests/system)."""
-    build = tmp_path / "build"
     done = configure(build)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "fsdpskip: the test suite is not built (GoogleTest not found" in done.stdout, done.stdout[-2000:]
@@ -31,7 +46,7 @@ def test_without_googletest_the_project_configures_and_builds_without_its_tests(
         assert (build / path).is_file(), path
 
 
-def test_asking_for_the_tests_without_googletest_stops_the_configure(tmp_path):
-    done = configure(tmp_path / "build", "-DFSDPSKIP_BUILD_TESTS=ON")
+def test_asking_for_the_tests_without_googletest_stops_the_configure(build):
+    done = configure(build, "-DFSDPSKIP_BUILD_TESTS=ON")
     assert done.returncode != 0
     assert "fsdpskip: -DFSDPSKIP_BUILD_TESTS=ON needs GoogleTest (Debian: libgtest-dev)" in done.stderr, done.stderr
