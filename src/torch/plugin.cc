@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "fault_point.h"
 #include "plugin_detail.h"
 
 #ifndef FSDPSKIP_TORCH_IDENTITY

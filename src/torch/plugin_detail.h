@@ -1,7 +1,8 @@
 // What the plugin's files share: plugin.cc (the C adapter between the
 // preload's hook table and the Tracker), plugin_exit.cc (the summary, the
 // report and the stops) and, in the tests' faults build, plugin_faults.cc
-// (failures injected into the callbacks). Internal to the plugin.
+// (failures injected into the callbacks, fault_point.h). Internal to the
+// plugin.
 #pragma once
 
 #include <string>
@@ -34,19 +35,5 @@ FSDPSKIP_PLUGIN_INTERNAL void training_began(size_t bytes, bool rank0_data_seen)
 // it could not give back (Tracker::sending); returns when there are none.
 FSDPSKIP_PLUGIN_INTERNAL void stop_unless_sendable(const std::vector<Tracker::Unsendable>& unsendable,
                                                    const std::string& collective);
-
-// Entered as each callback starts: in the faults build it throws where
-// FSDPSKIP_INJECT_FAULT names the callback (plugin_faults.cc).
-#ifdef FSDPSKIP_FAULT_INJECTION
-struct FSDPSKIP_PLUGIN_INTERNAL FaultPoint {
-  bool previous;
-  explicit FaultPoint(const char* callback);
-  ~FaultPoint();
-};
-#else
-struct FaultPoint {
-  explicit FaultPoint(const char*) {}
-};
-#endif
 
 }  // namespace fsdpskip

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "fault_point.h"
 #include "plugin_detail.h"
 
 namespace fsdpskip {
