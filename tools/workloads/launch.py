@@ -61,7 +61,9 @@ def torchrun_agent_can_start(env):
 # object while the interpreter finalizes segfaults taking its GIL
 # (ProcessGroupGloo::runLoop, ~TensorImpl, PyObjectSlot::maybe_destroy_pyobj,
 # _PyThreadState_NewBound; no fsdpskip frame), seen once, in an FSDP2 job of
-# a run on a new machine (2026-12-04). Such a job is run again, twice at
+# a run on a new machine (2026-12-04), its backtrace printed by UCX's signal
+# handler (libucs, which Debian's torch loads; where nothing prints one, the
+# crash is not recognised and stands). Such a job is run again, twice at
 # most: its outcome is what it did, not that crash. Any other failure stands.
 # Each race by the lines its output has, all of them.
 TORCH_EXIT_RACES = (("terminate called without an active exception",),
@@ -87,10 +89,10 @@ def run(script_args, env, nproc=2, timeout=None, prefix=(), agent=True):
     ranks are started directly. `prefix` goes before the launcher (`fsdpskip
     run --`), or before each rank where ranks are started directly, as srun
     would."""
-    return _past_torch_exit_aborts(lambda: _run_once(script_args, env, nproc, timeout, prefix, agent))
+    return _past_torch_exit_races(lambda: _run_once(script_args, env, nproc, timeout, prefix, agent))
 
 
-def _past_torch_exit_aborts(run_once):
+def _past_torch_exit_races(run_once):
     """run_once(), again while it ended in one of TORCH_EXIT_RACES, twice at most."""
     done = run_once()
     for _ in range(TORCH_EXIT_RERUNS):
@@ -127,7 +129,7 @@ def run_nodes(script_args, env, nodes=2, nproc_per_node=2, timeout=None, network
     network and has its own host name. Returns a CompletedProcess whose
     stdout and stderr carry each rank's lines prefixed [default<global
     rank>]:."""
-    return _past_torch_exit_aborts(lambda: _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout,
+    return _past_torch_exit_races(lambda: _run_nodes_once(script_args, env, nodes, nproc_per_node, timeout,
                                                            network))
 
 
