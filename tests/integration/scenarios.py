@@ -158,7 +158,7 @@ def sync_then_train(dist, policy):
     the collectives were given: the caller holds them until the group is
     destroyed, because torch 2.6's gloo worker can otherwise drop the last
     reference to one of them while destroy_process_group holds the GIL and
-    joins it, and hang (issue 32: 2 runs in about 80 here)."""
+    joins it, and hang (docs/limits.md)."""
     given = [param.data for param in policy.parameters()]
     for tensor in given:
         dist.broadcast(tensor, 0)
