@@ -18,6 +18,8 @@ CLASSES = {
     "second_build": "what a second build of a torch generation adds: its C++ ABI, libraries, packaging and "
                     "frameworks (the sid root, beside the pip venv's PyPI build)",
     "emulated": "what fits under qemu-user in the arm64 root",
+    "sanitized": "what drives fsdpskip's code through real programs for ASan and UBSan to watch: the LibTorch "
+                 "program, the Python scenarios and frames, the faults, 2-rank jobs (tools/sanitize)",
 }
 
 

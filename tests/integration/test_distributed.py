@@ -14,7 +14,7 @@ import torch
 from harness import (COMMAND, LOAD_MODEL, PYTHON, SANITIZED, SCENARIOS, rank_lines, require, run, said_by_fsdpskip,
                      summary_lines, torchrun)
 
-pytestmark = [pytest.mark.every_torch]
+pytestmark = [pytest.mark.every_torch, pytest.mark.sanitized]
 
 measures_memory = pytest.mark.skipif(SANITIZED, reason="ASan's allocator commits memory of its own")
 

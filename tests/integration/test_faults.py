@@ -16,6 +16,8 @@ import pytest
 
 from harness import PYTHON, environment, require, run
 
+pytestmark = [pytest.mark.sanitized]
+
 LIBTORCH_PROGRAM = os.environ["FSDPSKIP_LIBTORCH_MODEL"]
 ACTIVE = {"LOCAL_RANK": "1", "FSDPSKIP": "on"}
 

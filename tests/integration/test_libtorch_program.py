@@ -5,7 +5,7 @@ import pytest
 
 from harness import baseline, fsdpskip_lines, run, summary_lines
 
-pytestmark = [pytest.mark.every_torch, pytest.mark.second_build, pytest.mark.emulated]
+pytestmark = [pytest.mark.every_torch, pytest.mark.second_build, pytest.mark.emulated, pytest.mark.sanitized]
 
 PROGRAM = os.environ["FSDPSKIP_LIBTORCH_MODEL"]
 

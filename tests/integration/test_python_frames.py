@@ -13,7 +13,7 @@ import pytest
 
 from harness import PYTHON, module_or_skip, run
 
-pytestmark = [pytest.mark.every_cpython]
+pytestmark = [pytest.mark.every_cpython, pytest.mark.sanitized]
 
 # Line numbers below are the lines of these programs (1-based).
 DIRECT = textwrap.dedent("""\

@@ -8,6 +8,8 @@ import pytest
 
 from harness import fsdpskip_lines, scenario, summary_lines
 
+pytestmark = [pytest.mark.sanitized]
+
 
 @functools.lru_cache(maxsize=None)
 def three_ways(name):
