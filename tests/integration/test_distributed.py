@@ -220,7 +220,7 @@ def test_the_never_written_scenario_ends_every_time():
     drops the last reference to a tensor that has a Python object (it waits
     for the GIL the joining main thread holds: docs/limits.md); the scenarios
     hold their collectives' tensors until the group is destroyed. The
-    scenario that, not holding them, hung in 34 of 600 runs under the
+    scenario that, not holding them, hung in 58 of 1100 runs under the
     preload (tools/bench/teardown-race), run 40 times two at a time (as
     ctest -j2 loads the machine), each within 120 s: every run ends, and
     ends well. Each run is a process that imports torch, so
