@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import launch
-from measure import digest, gathered, rss_kib
+from measure import PeakGrowth, digest, gathered
 
 SIZES = {  # name: (hidden, intermediate, layers, vocab)
     "tiny": (64, 172, 2, 512),
@@ -29,12 +29,6 @@ SIZES = {  # name: (hidden, intermediate, layers, vocab)
 STYLES = ("hf4", "torch", "trunc", "hf5", "meta", "megatron", "to_empty")
 HELD = []  # --hold: models that live until interpreter shutdown
 TENSOR_PARALLEL = {"size": 1, "rank": 0}  # --groups: this rank's place in its tensor-parallel group
-
-
-def reset_peak_rss():
-    # Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
 
 
 def placeholder(*shape, style):
@@ -299,12 +293,11 @@ def main():
     # alike, and on torch 2 its first meta normal_ imports torch._refs (about 1 s).
     skeleton = build_on_meta(args.size, "torch") if args.style == "to_empty" else None
     dist.barrier()
-    reset_peak_rss()
-    rss_before = rss_kib("VmRSS")
+    growth = PeakGrowth()
     start = time.perf_counter()
     model = build(args.size, args.style, skeleton)
     build_seconds = time.perf_counter() - start
-    rss_growth_kib = rss_kib("VmHWM") - rss_before
+    build_growth = growth.bytes()
     unsynced = build("tiny", args.style) if args.unsynced_model else None
     if args.convert != "none":
         model = getattr(model, args.convert)()
@@ -327,9 +320,9 @@ def main():
         "parameters": sum(p.numel() for p in model.parameters()),
         "build_seconds": build_seconds,
         "sync_seconds": sync_seconds,  # a source's replay happens here
-        "rss_growth_bytes": rss_growth_kib * 1024,
+        "rss_growth_bytes": build_growth,
         # The whole job's peak so far: build and sync.
-        "job_rss_growth_bytes": (rss_kib("VmHWM") - rss_before) * 1024,
+        "job_rss_growth_bytes": growth.bytes(),
     }
     if args.verify:
         # Where the global generator stands after the sync, and a layer made
