@@ -23,6 +23,11 @@ def rss_kib(field="VmRSS"):
     raise RuntimeError(field)
 
 
+def reset_peak_rss():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+
+
 class PeakGrowth:
     """How much the peak RSS grew from now on, less the file-backed pages
     mapped meanwhile: libraries' code and unwind tables met for the first
@@ -36,8 +41,7 @@ class PeakGrowth:
     with (a checkpoint read through mmap and closed) subtracts nothing."""
 
     def __init__(self):
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # VmHWM := VmRSS
+        reset_peak_rss()
         self.rss, self.file = rss_kib("VmRSS"), rss_kib("RssFile")
 
     def bytes(self):
@@ -78,8 +82,7 @@ def measured(build):
     alone, rank 1 of test_frameworks' multi-model job grew 4.2 MB building
     the 49.7 MB Mistral model, rank 0 0.4 MB, 2026-12-06: not yet
     explained.)"""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM := VmRSS
+    reset_peak_rss()
     before = rss_kib("VmRSS")
     start = time.perf_counter()
     result = build()
