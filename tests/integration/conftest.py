@@ -6,7 +6,11 @@ the classes whose subject differs there (tests/CMakeLists.txt,
 FSDPSKIP_INTEGRATION_CLASSES). A class mark with arguments selects only the
 parametrized cases of those ids: @pytest.mark.emulated("hf4-ddp")."""
 import os
+import shutil
 import sys
+import tempfile
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,6 +38,28 @@ def pytest_configure(config):
     unknown = set(filter(None, config.getoption("--classes").split(","))) - set(CLASSES)
     if unknown:
         raise ValueError("--classes: no class %s (the classes: %s)" % (", ".join(sorted(unknown)), ", ".join(CLASSES)))
+    use_a_temporary_directory_of_this_session()
+
+
+def use_a_temporary_directory_of_this_session():
+    """What the tests' programs leave in the temporary directory (torchrun's
+    agent keeps its log directory, a rank killed on purpose its FileStore, a
+    program of the corpus its files) goes into one directory of this
+    session's, through TMPDIR, which every program started here inherits;
+    pytest's own tmp_path lies in it too. Short, under the system's, for
+    the Unix sockets multiprocessing makes there. Traversable by every uid:
+    the program corpus gives each of its uids a directory inside."""
+    directory = tempfile.mkdtemp(prefix="fsdpskip-tests-")
+    os.chmod(directory, 0o711)
+    os.environ["TMPDIR"] = directory
+    tempfile.tempdir = None  # read TMPDIR again
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The session's temporary directory goes unless a test failed: then it
+    is kept, for a look at what the failing test's programs left."""
+    if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        shutil.rmtree(os.environ["TMPDIR"], ignore_errors=True)
 
 
 def in_classes(item, classes):

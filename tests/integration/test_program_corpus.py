@@ -21,8 +21,10 @@ left out for its time.
 figures the README gives."""
 import concurrent.futures
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 from harness import require
 
@@ -67,10 +69,25 @@ class Runner:
     def __init__(self, uid):
         self.uid = uid
         self.prefix = ["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid, "--clear-groups", "--"]
+        # What a program leaves in its temporary directory (bashbug's
+        # bbug.<pid>, glog's logs) lands in one of the uid's own.
+        self.tmp = tempfile.mkdtemp(prefix="corpus-%d-" % uid)
+        os.chown(self.tmp, uid, uid)
+
+    def remove(self):
+        """The uid's directory, and what its programs left in /tmp itself
+        regardless of TMPDIR: the uid is no one else's."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        for entry in os.scandir("/tmp"):
+            if entry.stat(follow_symlinks=False).st_uid == self.uid:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.remove(entry.path)
 
     def run(self, command, preload, variables, limit):
         """(status, stdout, stderr), or None for a run still going after `limit`."""
-        env = dict(BASE, **variables)
+        env = dict(BASE, TMPDIR=self.tmp, **variables)
         if preload:
             env["LD_PRELOAD"] = PRELOAD
         # "/" is no place the uid may write to.
@@ -138,19 +155,24 @@ def check_corpus():
     assert len(uids) == WORKERS, "no unused uids for the corpus"
     runners = [Runner(uid) for uid in uids]
     todo = programs()
-    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
-        # Each worker takes every WORKERS-th program under its own uid.
-        chunks = [pool.submit(lambda i: [(p, runners[i].check(p)) for p in todo[i::WORKERS]], i)
-                  for i in range(WORKERS)]
-        results = [item for chunk in chunks for item in chunk.result()]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+            # Each worker takes every WORKERS-th program under its own uid.
+            chunks = [pool.submit(lambda i: [(p, runners[i].check(p)) for p in todo[i::WORKERS]], i)
+                      for i in range(WORKERS)]
+            results = [item for chunk in chunks for item in chunk.result()]
+    finally:
+        for runner in runners:
+            runner.remove()
     answered = {program: outcome for program, outcome in results if outcome is not None}
     return answered, sorted(program for program, outcome in results if outcome is None)
 
 
 def assert_preload_reaches_programs():
     """Else the comparison says nothing (a path the uid cannot read)."""
-    probe = Runner(unused_uids(1)[0]).run(
-        ["/bin/true"], True, dict(ACTIVE, FSDPSKIP_LOG="debug"), PRELOADED_LIMIT)
+    runner = Runner(unused_uids(1)[0])
+    probe = runner.run(["/bin/true"], True, dict(ACTIVE, FSDPSKIP_LOG="debug"), PRELOADED_LIMIT)
+    runner.remove()
     assert probe and b"decision at start-up" in probe[2], probe
 
 

@@ -8,6 +8,7 @@
 #include <link.h>
 
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -118,6 +119,7 @@ TEST(ElfFile, BadFilesAreRefusedNotCrashedOn) {
   ElfFile cut(truncated.c_str());
   EXPECT_STREQ(cut.problem(), "is truncated (its section table runs past the end)");
   EXPECT_FALSE(cut.section_text(FSDPSKIP_TORCH_ID_SECTION, out, sizeof out));
+  std::remove(truncated.c_str());
 }
 
 TEST(ElfFile, AFileOfAnotherArchitectureIsOneClauseAndAPluginOfOneIsRefused) {
@@ -130,6 +132,7 @@ TEST(ElfFile, AFileOfAnotherArchitectureIsOneClauseAndAPluginOfOneIsRefused) {
   PluginExamination examined = examine_plugin(copy.c_str(), FSDPSKIP_TORCH_BUILD_ID, 0);
   EXPECT_EQ(examined.verdict, PluginVerdict::kOtherArchitecture) << examined.detail;
   EXPECT_EQ(std::string(examined.detail), copy + " " + expected);
+  std::remove(copy.c_str());
 }
 
 }  // namespace
