@@ -78,10 +78,16 @@ def resident_fraction(tensors):
 def measured(build):
     """build()'s result, its seconds and its peak RSS growth in bytes, every
     page counted: the framework flows compare one rank with another or with
-    a run without fsdpskip, each measured alike. (Counting anonymous pages
-    alone, rank 1 of test_frameworks' multi-model job grew 4.2 MB building
-    the 49.7 MB Mistral model, rank 0 0.4 MB, 2026-12-06: not yet
-    explained.)"""
+    a run without fsdpskip, each measured alike. Counting anonymous pages
+    alone would compare the ranks' own paths through a framework rather than
+    their parameters: building test_frameworks' 49.7 MB Mistral model in the
+    sid root (transformers 5.12.1, 2026-12-06), rank 1's anonymous peak grew
+    4.2 MB and rank 0's 0.4 MB, the same with FSDPSKIP_STACKS=off. Rank 1's
+    was a transient peak (its RSS grew 0.4 MB in all) of ten steps of
+    0.25-0.72 MB, nine of them while transformers' loader ran its
+    materializing threads (spawn_materialize, a thread pool: stacks and
+    malloc arenas), none a placeholder's size; rank 0's parameters are views
+    of the checkpoint's mmap."""
     reset_peak_rss()
     before = rss_kib("VmRSS")
     start = time.perf_counter()
