@@ -5,10 +5,13 @@ A test without a class mark runs in the host's suite only (Debian 12's torch
 the classes whose subject differs there (tests/CMakeLists.txt,
 FSDPSKIP_INTEGRATION_CLASSES). A class mark with arguments selects only the
 parametrized cases of those ids: @pytest.mark.emulated("hf4-ddp")."""
+import atexit
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -41,25 +44,45 @@ def pytest_configure(config):
     use_a_temporary_directory_of_this_session()
 
 
+# This session's temporary directory, and whether it goes at the end.
+session_directory = {"path": None, "remove": True}
+KEPT_FOR = 24 * 3600  # s: how long a failed session's directory is kept
+
+
 def use_a_temporary_directory_of_this_session():
     """What the tests' programs leave in the temporary directory (torchrun's
     agent keeps its log directory, a rank killed on purpose its FileStore, a
     program of the corpus its files) goes into one directory of this
     session's, through TMPDIR, which every program started here inherits;
-    pytest's own tmp_path lies in it too. Short, under the system's, for
-    the Unix sockets multiprocessing makes there. Traversable by every uid:
-    the program corpus gives each of its uids a directory inside."""
-    directory = tempfile.mkdtemp(prefix="fsdpskip-tests-")
+    pytest's own tmp_path lies in it too. It is made where TMPDIR pointed
+    (/tmp unless set): a short path, for the Unix sockets multiprocessing
+    makes there. Traversable by every uid: the program corpus gives each of
+    its uids a directory inside. Failed sessions' directories older than
+    KEPT_FOR go first (no session runs that long)."""
+    parent = tempfile.gettempdir()
+    for entry in os.scandir(parent):
+        with contextlib.suppress(OSError):
+            if entry.name.startswith("fsdpskip-tests-") and time.time() - entry.stat().st_mtime > KEPT_FOR:
+                shutil.rmtree(entry.path, ignore_errors=True)
+    directory = tempfile.mkdtemp(prefix="fsdpskip-tests-", dir=parent)
     os.chmod(directory, 0o711)
+    session_directory["path"] = directory
     os.environ["TMPDIR"] = directory
     tempfile.tempdir = None  # read TMPDIR again
+    # At exit, after pytest's own cleanup of its tmp_path directories in it
+    # (atexit runs the later registered first).
+    atexit.register(remove_session_directory)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The session's temporary directory goes unless a test failed: then it
-    is kept, for a look at what the failing test's programs left."""
-    if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-        shutil.rmtree(os.environ["TMPDIR"], ignore_errors=True)
+    """A session where a test failed keeps its temporary directory, for a
+    look at what the failing test's programs left."""
+    session_directory["remove"] = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+
+
+def remove_session_directory():
+    if session_directory["remove"]:
+        shutil.rmtree(session_directory["path"], ignore_errors=True)
 
 
 def in_classes(item, classes):

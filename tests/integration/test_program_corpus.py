@@ -20,6 +20,7 @@ left out for its time.
 `python3 test_program_corpus.py` (with FSDPSKIP_PRELOAD set) prints the
 figures the README gives."""
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import subprocess
@@ -73,17 +74,27 @@ class Runner:
         # bbug.<pid>, glog's logs) lands in one of the uid's own.
         self.tmp = tempfile.mkdtemp(prefix="corpus-%d-" % uid)
         os.chown(self.tmp, uid, uid)
+        self.found_in_tmp = self.owned_in_tmp()
+
+    def owned_in_tmp(self):
+        """The uid's entries in /tmp itself, where some programs write
+        regardless of TMPDIR."""
+        owned = set()
+        for entry in os.scandir("/tmp"):
+            with contextlib.suppress(FileNotFoundError):  # another test's, gone meanwhile
+                if entry.stat(follow_symlinks=False).st_uid == self.uid:
+                    owned.add(entry.path)
+        return owned
 
     def remove(self):
-        """The uid's directory, and what its programs left in /tmp itself
-        regardless of TMPDIR: the uid is no one else's."""
+        """The uid's directory, and what its programs left in /tmp."""
         shutil.rmtree(self.tmp, ignore_errors=True)
-        for entry in os.scandir("/tmp"):
-            if entry.stat(follow_symlinks=False).st_uid == self.uid:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    os.remove(entry.path)
+        for path in self.owned_in_tmp() - self.found_in_tmp:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
 
     def run(self, command, preload, variables, limit):
         """(status, stdout, stderr), or None for a run still going after `limit`."""
@@ -171,8 +182,10 @@ def check_corpus():
 def assert_preload_reaches_programs():
     """Else the comparison says nothing (a path the uid cannot read)."""
     runner = Runner(unused_uids(1)[0])
-    probe = runner.run(["/bin/true"], True, dict(ACTIVE, FSDPSKIP_LOG="debug"), PRELOADED_LIMIT)
-    runner.remove()
+    try:
+        probe = runner.run(["/bin/true"], True, dict(ACTIVE, FSDPSKIP_LOG="debug"), PRELOADED_LIMIT)
+    finally:
+        runner.remove()
     assert probe and b"decision at start-up" in probe[2], probe
 
 
