@@ -14,10 +14,9 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workloads"))
-from measure import rss_kib  # noqa: E402
+from measure import measured  # noqa: E402
 from policy_variables import without_policy  # noqa: E402
 
 INITS = ["normal_", "uniform_", "constant_", "ones_", "zeros_", "xavier_uniform_", "xavier_normal_",
@@ -43,15 +42,8 @@ def measure(name, elements):
     # is not what each parameter costs.
     init(nn.Parameter(torch.empty(*shape_of(name, 4096))), *args)
     param = nn.Parameter(torch.empty(*shape_of(name, elements)))
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = rss_kib("VmRSS")
-    start = time.perf_counter()
-    init(param, *args)
-    seconds = time.perf_counter() - start
-    peak = rss_kib("VmHWM")
-    return {"seconds": seconds, "rss_growth_bytes": (peak - before) * 1024,
-            "param_bytes": param.numel() * param.element_size()}
+    _, seconds, growth = measured(lambda: init(param, *args))
+    return {"seconds": seconds, "rss_growth_bytes": growth, "param_bytes": param.numel() * param.element_size()}
 
 
 def run(name, elements, preload):
