@@ -91,7 +91,7 @@ struct Decision {
 
 Decision decision_here() {
   Decision decision{resolve_options(from_environment, nullptr), {}};
-  for (const Option& option : kOptions)
+  for (const fsdpskip::Option& option : kOptions)
     if (const char* value = getenv(option.name)) decision.set.emplace_back(option.name, value);
   return decision;
 }
