@@ -271,9 +271,12 @@ void run_probe(const std::vector<std::string>& argv, std::map<std::string, std::
   uint64_t pending = count_field(report, key(Counter::pending_count), 1);
   uint64_t storages = count_field(report, key(Counter::storages_skipped), 0);
   uint64_t freed = count_field(report, key(Counter::resolved_by_free), 0);
-  bool ok = pending == 0 && storages > 0 && (by_free ? freed == storages : ended);
+  uint64_t materialized = count_field(report, key(Counter::storages_replayed), 0);
+  // Each probed storage is read (materialized), then freed or broadcast.
+  bool ok = pending == 0 && storages > 0 && (by_free ? freed + materialized == storages : ended);
   checks->push_back({"probe report", ok ? Status::kOk : Status::kFail,
-                     std::to_string(storages) + " storages skipped, " +
+                     std::to_string(storages) + " storages skipped, " + std::to_string(materialized) +
+                         " materialized, " +
                          (by_free ? std::to_string(freed) + " resolved by free"
                                   : std::string("loading ") + (ended ? "ended at the broadcast" : "never ended")) +
                          ", " + std::to_string(pending) + " pending at exit"});

@@ -64,22 +64,37 @@ void report(const std::string& check, bool ok, const std::string& detail) {
   report(check, ok ? "true" : "false", detail);
 }
 
-bool reads_as_zeros(const at::Tensor& tensor) { return tensor.detach().eq(0).all().item<bool>(); }
-
 // A parameter over memory holding 7.0, as a loader's placeholder would.
 at::Tensor placeholder() { return torch::full({kElements}, 7.0).set_requires_grad(true); }
 
-void skipped_as(const std::string& check, const std::string& kernel, const at::Tensor& tensor,
-                const std::function<at::Tensor(const at::Tensor&)>& run) {
+using Init = std::function<at::Tensor(const at::Tensor&)>;
+
+// What `run` gives a plain tensor (not a parameter: never skipped) from the
+// default generator's state `state`; the generator is left where it was.
+at::Tensor without_fsdpskip(const Init& run, const at::Tensor& state) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  at::Tensor after = generator.get_state();
+  generator.set_state(state);
+  at::Tensor reference = run(torch::full({kElements}, 7.0));
+  generator.set_state(after);
+  return reference;
+}
+
+// Skipped: a '<kernel> -> skip' trace line; read afterwards (which
+// materializes it), it holds what the call gives without fsdpskip.
+void skipped_as(const std::string& check, const std::string& kernel, const at::Tensor& tensor, const Init& run,
+                const std::function<at::Tensor()>& expected = nullptr) {
   at::Tensor result;
+  at::Tensor state = at::detail::getDefaultCPUGenerator().get_state();
   Captured step = captured([&] { result = run(tensor); });
   if (!step.error.empty()) return report(check, false, "raised " + step.error);
   bool fired = step.trace.find(kernel + " -> skip") != std::string::npos;
-  bool zero = reads_as_zeros(result.defined() ? result : tensor);
-  report(check, fired && zero,
-         fired && zero ? "skipped, reads as zeros"
+  at::Tensor reference = expected ? expected() : without_fsdpskip(run, state);
+  bool same = torch::equal((result.defined() ? result : tensor).detach(), reference.detach());
+  report(check, fired && same,
+         fired && same ? "skipped; read, it holds the values without fsdpskip"
                        : std::string("hook ") + (fired ? "fired" : "never fired") + ", values " +
-                             (zero ? "zero" : "were written"));
+                             (same ? "as without fsdpskip" : "differ"));
 }
 
 }  // namespace
@@ -87,6 +102,7 @@ void skipped_as(const std::string& check, const std::string& kernel, const at::T
 int main() {
   std::vector<at::Tensor> kept;
   auto fresh = [&] { return kept.emplace_back(placeholder()); };
+  torch::manual_seed(0);  // the plugin loads here, before the first parameter's storage is made
 
   // c10::TensorImpl::set_requires_grad tags the storage.
   skipped_as("set_requires_grad", "normal_", fresh(), [](const at::Tensor& t) { return t.data().normal_(); });
@@ -106,21 +122,27 @@ int main() {
   // at::native::copy_: converting a skipped placeholder stays skipped.
   at::Tensor source = fresh();
   captured([&] { source.data().normal_(); });
-  skipped_as("copy_ (conversion)", "copy_", source, [](const at::Tensor& t) { return t.data().to(torch::kDouble); });
+  skipped_as(
+      "copy_ (conversion)", "copy_", source, [](const at::Tensor& t) { return t.data().to(torch::kDouble); },
+      [&] { return source.detach().to(torch::kDouble); });
 
   // trunc_normal_ as torch.nn.init up to 2.11 does it: uniform_, then in place
   // erfinv_, mul_, add_, clamp_ (LibTorch's C++ API has no trunc_normal_).
+  // Its later steps read what uniform_ drew: the storage is materialized
+  // there and they run, so its values are exactly the ones without fsdpskip.
   at::Tensor truncated = fresh();
-  Captured chain = captured([&] {
+  Init truncate = [](const at::Tensor& t) {
     at::NoGradGuard no_grad;
-    truncated.uniform_(-0.9, 0.9).erfinv_().mul_(0.02 * std::sqrt(2.0)).add_(0.0).clamp_(-0.04, 0.04);
-  });
-  bool chain_skipped = chain.trace.find("chain -> skip") != std::string::npos;
-  report("trunc_normal_", chain.error.empty() && reads_as_zeros(truncated),
-         chain.error.empty() ? (reads_as_zeros(truncated) ? "skipped, reads as zeros" : "values were written")
-                             : "raised " + chain.error);
-  report("chain (erfinv_, mul_, add_, clamp_)", chain_skipped,
-         chain_skipped ? "skipped" : "the in-place steps ran on a skipped storage");
+    return t.uniform_(-0.9, 0.9).erfinv_().mul_(0.02 * std::sqrt(2.0)).add_(0.0).clamp_(-0.04, 0.04);
+  };
+  at::Tensor state = at::detail::getDefaultCPUGenerator().get_state();
+  Captured chain = captured([&] { truncate(truncated); });
+  bool same = chain.error.empty() && torch::equal(truncated.detach(), without_fsdpskip(truncate, state));
+  report("trunc_normal_", same,
+         !chain.error.empty() ? "raised " + chain.error
+                              : same ? "as without fsdpskip (materialized before its later steps)" : "values differ");
+  report("chain (erfinv_, mul_, add_, clamp_)", "null",
+         "its steps read what uniform_ drew: they run on the materialized values (nothing saved)");
 
   // torch's own argument checks still raise on a skipped call.
   at::Tensor checked = fresh();

@@ -1,8 +1,9 @@
 """The live probe of `fsdpskip doctor --python`: run by that Python under
 libfsdpskip.so with FSDPSKIP=on, FSDPSKIP_LOCAL_RANK=1 and FSDPSKIP_LOG=trace.
 Each step exercises one interposed symbol on a fresh parameter and reads the
-plugin's trace lines (fd 2) to see that the hook fired and skipped; values are
-checked too. Prints one JSON object per step on stdout; the doctor reads them,
+plugin's trace lines (fd 2) to see that the hook fired and skipped; then it
+reads the parameter, which materializes it, and checks that it holds what the
+same call gives a plain tensor from the same generator state. Prints one JSON object per step on stdout; the doctor reads them,
 and the process's report (FSDPSKIP_REPORT) for what only exit can tell.
 
 usage: python probe.py STORE_FILE
@@ -52,23 +53,37 @@ def report_not_applicable(check, detail):
     print(json.dumps({"check": check, "ok": None, "detail": detail}), flush=True)
 
 
-def skipped_as(check, kernel, make, run):
+def without_fsdpskip(run, state):
+    """What run() gives a plain tensor (not a parameter: never skipped) from
+    generator state `state`; the generator is left where it was."""
+    after = torch.get_rng_state()
+    torch.set_rng_state(state)
+    reference = run(torch.full((N,), 7.0))
+    torch.set_rng_state(after)
+    return reference
+
+
+def skipped_as(check, kernel, make, run, expected=None):
     """make() builds the tensor; run(t) inits it. Skipped: a '<kernel> -> skip'
-    trace line and the memory reads as zeros."""
+    trace line; read afterwards, it holds what the call gives without
+    fsdpskip (expected(), or run() on a plain tensor from the same state)."""
     tensor = make()
+    state = torch.get_rng_state()
     result, error, lines = captured(lambda: run(tensor))
     if error is not None:
         return report(check, False, "raised %s: %s" % (type(error).__name__, error))
     target = result if isinstance(result, torch.Tensor) else tensor
     fired = any(("%s -> skip" % kernel) in line for line in lines)
-    zero = bool((target.detach() == 0).all())
-    report(check, fired and zero, "skipped, reads as zeros" if fired and zero else
-           "hook %s, values %s" % ("fired" if fired else "never fired", "zero" if zero else "were written"))
+    reference = expected() if expected else without_fsdpskip(run, state)
+    same = torch.equal(target.detach(), reference.detach())
+    report(check, fired and same, "skipped; read, it holds the values without fsdpskip" if fired and same else
+           "hook %s, values %s" % ("fired" if fired else "never fired", "as without fsdpskip" if same else "differ"))
 
 
 def main():
     store = sys.argv[1]
     kept = []  # every probed parameter: broadcast at the end, so none stays pending
+    torch.manual_seed(0)  # the plugin loads here, before the first parameter's storage is made
 
     # c10::TensorImpl::set_requires_grad: nn.Parameter tags its storage.
     p = placeholder()
@@ -96,29 +111,26 @@ def main():
     source = placeholder()
     source.data.normal_()
     kept.append(source)
-    skipped_as("copy_ (conversion)", "copy_", lambda: source, lambda t: t.data.double())
+    skipped_as("copy_ (conversion)", "copy_", lambda: source, lambda t: t.data.double(),
+               expected=lambda: source.detach().double())
 
     # trunc_normal_: up to torch 2.11 uniform_ then erfinv_, mul_, add_, clamp_
-    # in place (the chain); from 2.12 normal_ then rejection sampling, whose
-    # comparisons, `|` and any() are answered from the skipped storage's zeros.
-    # Each step is required on the torch that uses it.
+    # in place (the chain); from 2.12 normal_ then rejection sampling. Either
+    # way its later steps read what it drew, so the storage is materialized
+    # there and they run: its values are exactly the ones without fsdpskip.
     is_chain = "erfinv" in inspect.getsource(torch.nn.init._no_grad_trunc_normal_)
     kept.append(placeholder())
-    _, error, lines = captured(lambda: torch.nn.init.trunc_normal_(kept[-1], std=0.02))
-    chain = any("chain -> skip" in line for line in lines)
-    answered = [kernel for kernel in ("lt", "gt", "bitwise_or", "any")
-                if any(line.split("fsdpskip: ", 1)[-1].startswith(kernel + " -> zeros") for line in lines)]
-    zero = bool((kept[-1].detach() == 0).all())
-    report("trunc_normal_", error is None and zero,
-           "raised %s" % error if error else "skipped, reads as zeros" if zero else "values were written")
-    if is_chain:
-        report("chain (erfinv_, mul_, add_, clamp_)", chain, "skipped" if chain else "this torch's trunc_normal_ is "
-               "the chain, but its steps were not skipped")
-        report_not_applicable("comparisons (lt, gt, bitwise_or, any)", "this torch's trunc_normal_ is the chain")
-    else:
-        report_not_applicable("chain (erfinv_, mul_, add_, clamp_)", "not used by this torch's trunc_normal_")
-        report("comparisons (lt, gt, bitwise_or, any)", len(answered) == 4,
-               "answered from zeros" if len(answered) == 4 else "only %s answered from zeros" % (answered or "none"))
+    state = torch.get_rng_state()
+    truncate = lambda t: torch.nn.init.trunc_normal_(t, std=0.02)  # noqa: E731
+    _, error, lines = captured(lambda: truncate(kept[-1]))
+    same = error is None and torch.equal(kept[-1].detach(), without_fsdpskip(truncate, state))
+    report("trunc_normal_", same, "raised %s" % error if error else "as without fsdpskip (materialized before its "
+           "later steps)" if same else "values differ")
+    steps = "its steps read what it drew: they run on the materialized values (nothing saved)"
+    report_not_applicable("chain (erfinv_, mul_, add_, clamp_)",
+                          steps if is_chain else "not used by this torch's trunc_normal_")
+    report_not_applicable("comparisons (lt, gt, bitwise_or, any)",
+                          "this torch's trunc_normal_ is the chain" if is_chain else steps)
 
     # torch's own argument checks still raise on a skipped call.
     kept.append(placeholder())

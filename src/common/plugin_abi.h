@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 12  // 12: a CPU generator's state read or replaced
+#define FSDPSKIP_PLUGIN_ABI 13  // 13: touched (guarded pages)
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=" and this number), so a plugin
@@ -90,7 +90,6 @@ typedef enum fsdpskip_verdict {
   FSDPSKIP_AUDIT,        // it would be skipped: run it, time it, then audited()
   FSDPSKIP_RUN_NOTIFY,   // copy_: run it, then copied() (it may resolve the destination)
   FSDPSKIP_ZERO_LAZILY,  // zero_, fill_(+0): run it on a stand-in, then zero_lazily() does it exactly
-  FSDPSKIP_ZEROS,        // its result is all zeros: do not run it; zeros_produced() writes them
   FSDPSKIP_VERDICT_COUNT
 } fsdpskip_verdict;
 
@@ -145,19 +144,13 @@ typedef struct fsdpskip_plugin {
   // A structured kernel's impl writing `out` from `self` (at::Tensor*): the
   // later steps of an init chain on a skipped storage are SKIP.
   fsdpskip_verdict (*decide_chain)(const void* self, const void* out);
-  // Every call of a comparison with a scalar, `|` or any() (structured
-  // impl) computing `out` (at::Tensor*) from `self` (at::Tensor*): kernel
-  // FSDPSKIP_LT/LE/GT/GE with `other` a c10::Scalar*, FSDPSKIP_OR with
-  // `other` an at::Tensor*, FSDPSKIP_ANY with `other` NULL. ZEROS when, while
-  // loading and not in audit mode, its CPU inputs are known to hold zeros (a
-  // skipped storage, or what this verdict produced before) and so is its
-  // result (a comparison: torch's own answer for one zero element); else RUN.
-  fsdpskip_verdict (*decide_on_zeros)(fsdpskip_kernel kernel, const void* self, const void* other, const void* out);
-  // After a ZEROS verdict, instead of the kernel: zero `out` exactly
-  // (releasing whole pages) and, when it covers a storage of the CPU
-  // allocator's, remember that the storage holds zeros. False when it
-  // failed: the interposer then runs the kernel.
-  bool (*zeros_produced)(fsdpskip_kernel kernel, const void* out);
+  // Before a comparison with a scalar, `|` or any() (structured impl:
+  // kernel FSDPSKIP_LT/LE/GT/GE with `other` a c10::Scalar*, FSDPSKIP_OR
+  // with `other` an at::Tensor*, FSDPSKIP_ANY with `other` NULL) reads
+  // `self` (at::Tensor*) and, for `|`, other: a skipped storage among them
+  // is materialized first (trunc_normal_'s rejection test from torch 2.12),
+  // outside a fault handler. The kernel then runs.
+  void (*reading)(fsdpskip_kernel kernel, const void* self, const void* other);
   // A zero-element tensor with self's dtype and device (an at::Tensor*
   // owned by the plugin, one per slot 0 or 1 and thread, valid until the
   // next call with that slot): a SKIP or ZERO_LAZILY verdict runs the
@@ -243,6 +236,18 @@ typedef struct fsdpskip_plugin {
   // Once, at exit (atexit, before the libraries' destructors), after the
   // interposers stopped routing here: the summary, the pending list, the report.
   void (*finish)(void);
+  // Something fsdpskip does not follow is about to touch [address, address
+  // + bytes): a fault on a page the plugin guards (`fault`: the preload's
+  // SIGSEGV handler, bytes 1), or a system call about to read or write the
+  // range (`access` names it). Every skipped storage it overlaps is given
+  // its values first (or the process stops, saying why). Returns whether
+  // the address lies in the plugin's own memory: a fault there is retried,
+  // any other goes to the program's handler. May run in a signal handler,
+  // on the thread whose access faulted.
+  bool (*touched)(const void* address, size_t bytes, bool fault, const char* access);
+  // How many of the plugin's pages are guarded now (0: a system call needs
+  // no look at its buffers).
+  size_t (*guarded_count)(void);
 } fsdpskip_plugin;
 
 #define FSDPSKIP_PLUGIN_ENTRY "fsdpskip_plugin_load"

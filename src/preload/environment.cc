@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "environment.h"
+#include "libc_next.h"
 #include "preload.h"
 
 namespace fsdpskip {
@@ -20,17 +21,6 @@ using Setenv = int (*)(const char*, const char*, int);
 using Unsetenv = int (*)(const char*);
 using Putenv = int (*)(char*);
 using Clearenv = int (*)();
-
-// libc's definition, looked up once (the next object after the preload).
-template <typename Fn>
-Fn next(const char* name, Fn* cache) {
-  Fn fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
-  if (fn == nullptr) {
-    fn = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
-    __atomic_store_n(cache, fn, __ATOMIC_RELEASE);
-  }
-  return fn;
-}
 
 Setenv g_setenv;
 Unsetenv g_unsetenv;
@@ -45,7 +35,7 @@ using namespace fsdpskip;
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
 EXPORT int setenv(const char* name, const char* value, int overwrite) {
-  Setenv original = next("setenv", &g_setenv);
+  Setenv original = libc_next("setenv", &g_setenv);
   if (original == nullptr) return errno = ENOSYS, -1;
   int result = original(name, value, overwrite);
   if (result == 0) environment_changed(name, strlen(name), true);
@@ -53,7 +43,7 @@ EXPORT int setenv(const char* name, const char* value, int overwrite) {
 }
 
 EXPORT int unsetenv(const char* name) {
-  Unsetenv original = next("unsetenv", &g_unsetenv);
+  Unsetenv original = libc_next("unsetenv", &g_unsetenv);
   if (original == nullptr) return errno = ENOSYS, -1;
   int result = original(name);
   if (result == 0) environment_changed(name, strlen(name), false);
@@ -62,7 +52,7 @@ EXPORT int unsetenv(const char* name) {
 
 // "NAME=value" sets NAME; glibc takes a string without '=' as unsetenv(NAME).
 EXPORT int putenv(char* string) {
-  Putenv original = next("putenv", &g_putenv);
+  Putenv original = libc_next("putenv", &g_putenv);
   if (original == nullptr) return errno = ENOSYS, -1;
   int result = original(string);
   if (result == 0) {
@@ -73,7 +63,7 @@ EXPORT int putenv(char* string) {
 }
 
 EXPORT int clearenv() {
-  Clearenv original = next("clearenv", &g_clearenv);
+  Clearenv original = libc_next("clearenv", &g_clearenv);
   if (original == nullptr) return errno = ENOSYS, -1;
   int result = original();
   if (result == 0) environment_changed(nullptr, 0, false);

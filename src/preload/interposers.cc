@@ -235,6 +235,10 @@ template <HookId id, fsdpskip_kernel>
 using GeneratorReseeded = GeneratorCall<id, false, uint64_t>;
 template <HookId id, fsdpskip_kernel>
 using GeneratorStateSet = GeneratorCall<id, false, void, const void*>;
+template <HookId id, fsdpskip_kernel>
+using GeneratorDraw = GeneratorCall<id, true, uint32_t>;
+template <HookId id, fsdpskip_kernel>
+using GeneratorDraw64 = GeneratorCall<id, true, uint64_t>;
 
 // c10d::broadcast_coalesced(intrusive_ptr<ProcessGroup> (by value or const&:
 // either way its address), ArrayRef<Tensor> tensors, size_t buffer_size, int
@@ -302,8 +306,8 @@ struct ReduceScatter {
 // A structured kernel's impl(this, self, [inputs...,] out): its meta
 // function already checked the arguments, so nothing here needs a stand-in.
 // FSDPSKIP_CHAIN: a later step of an init chain (erfinv_, mul_, add_, clamp_),
-// skipped on a skipped storage. The others: a comparison with a scalar, `|`
-// or any(), answered by the plugin when its inputs hold zeros.
+// decided by the plugin. The others: a comparison with a scalar, `|` or
+// any(), whose skipped inputs the plugin materializes first.
 template <HookId id, fsdpskip_kernel kernel>
 struct Structured {
   template <typename... Tensors>
@@ -328,8 +332,7 @@ struct Structured {
       if (start) plugin->audited(kernel, out, now_ns() - start);
     } else {
       const void* other = sizeof...(Tensors) == 2 ? arguments[0] : nullptr;  // any() has none
-      if (plugin->decide_on_zeros(kernel, self, other, out) == FSDPSKIP_ZEROS && plugin->zeros_produced(kernel, out))
-        return;
+      plugin->reading(kernel, self, other);
       fn(op, self, inputs_then_out...);
     }
   }
@@ -459,6 +462,8 @@ struct NcclReduce {
 #define SHAPE_GeneratorSeeded GeneratorSeeded, void, (void* generator, uint64_t seed), (generator, seed)
 #define SHAPE_GeneratorReseeded GeneratorReseeded, uint64_t, (void* generator), (generator)
 #define SHAPE_GeneratorStateSet GeneratorStateSet, void, (void* generator, const void* state), (generator, state)
+#define SHAPE_GeneratorDraw GeneratorDraw, uint32_t, (void* generator), (generator)
+#define SHAPE_GeneratorDraw64 GeneratorDraw64, uint64_t, (void* generator), (generator)
 #define SHAPE_Coalesced Coalesced, void, \
     (void* group, const void* tensors, size_t count, size_t buffer_size, int root), \
     (group, tensors, count, buffer_size, root)

@@ -14,6 +14,7 @@
 #include "../common/libraries.h"
 #include "loaded_objects.h"
 #include "log.h"
+#include "guarded_access.h"
 #include "plugin_loading.h"
 #include "plugin_search.h"
 #include "preload.h"
@@ -91,6 +92,7 @@ void load_once() {
   plugin->policy_changed(false);
   g_plugin.store(plugin, std::memory_order_release);
   pthread_mutex_unlock(&g_policy_lock);
+  guard_faults(plugin);
 }
 
 // The fork handler that keeps a child from inheriting the policy lock held
@@ -181,6 +183,7 @@ void decide(Options options, const char* cause, bool stated) {
 }
 
 __attribute__((constructor)) void initialise() {
+  resolve_guarded_access();
   check_stderr_at_start();
   remember_preload_path();
   Options options = resolve_options(environment, nullptr);

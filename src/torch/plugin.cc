@@ -80,13 +80,8 @@ const fsdpskip_plugin kPlugin = {
       return guarded("decide_chain", FSDPSKIP_RUN,
                      [&] { return Tracker::instance().decide_chain(tensor(self), tensor(out)); });
     },
-    [](fsdpskip_kernel kernel, const void* self, const void* other, const void* out) noexcept {
-      return guarded("decide_on_zeros", FSDPSKIP_RUN, [&] {
-        return Tracker::instance().decide_on_zeros(kernel, tensor(self), other, tensor(out));
-      });
-    },
-    [](fsdpskip_kernel kernel, const void* out) noexcept {
-      return guarded("zeros_produced", false, [&] { return Tracker::instance().zeros_produced(kernel, tensor(out)), true; });
+    [](fsdpskip_kernel kernel, const void* self, const void* other) noexcept {
+      guarded("reading", [&] { Tracker::instance().reading(kernel, tensor(self), other); });
     },
     [](const void* self, int slot) noexcept -> void* {
       return guarded("stand_in_like", static_cast<void*>(nullptr), [&]() -> void* {
@@ -104,7 +99,7 @@ const fsdpskip_plugin kPlugin = {
     },
     [](fsdpskip_kernel kernel, void* self, const void* generator, const fsdpskip_call_arguments* arguments) noexcept {
       return guarded("skipped", false, [&] {
-        return Tracker::instance().skipped(kernel, tensor(self), generator_argument(generator), arguments), true;
+        return Tracker::instance().skipped(kernel, tensor(self), generator_argument(generator), arguments);
       });
     },
     [](void* self) noexcept {
@@ -133,19 +128,18 @@ const fsdpskip_plugin kPlugin = {
         const auto& list = *static_cast<std::vector<at::Tensor>*>(tensors);
         const compat::CollectiveBackend& backend = compat::backend(group);
         int64_t root = static_cast<const c10d::BroadcastOptions*>(options)->rootRank;
-        // A group of one sends to nobody: its broadcast counts as the sync
-        // it stands for (the doctor's probe, one-rank jobs).
-        if (root != backend.getRank() || backend.getSize() == 1) return Tracker::instance().broadcast_started(list);
+        // A group of one is its own source: its broadcast writes nothing,
+        // so its skipped storages are materialized as the root's are.
+        if (root != backend.getRank()) return Tracker::instance().broadcast_started(list);
         stop_unless_sendable(Tracker::instance().sending(list), collective_text(backend, "broadcast", root));
       });
     },
     [](const void* group, const void* tensors, size_t count, int root) noexcept {
       guarded("coalesced_broadcast_started", [&] {
         const c10d::ProcessGroup& process_group = **static_cast<const c10::intrusive_ptr<c10d::ProcessGroup>*>(group);
-        // The broadcast of its buckets resolves them.
-        if (root != process_group.getRank() || process_group.getSize() == 1) return;
         const auto* first = static_cast<const at::Tensor*>(tensors);
         std::vector<at::Tensor> list(first, first + count);
+        if (root != process_group.getRank()) return Tracker::instance().coalesced_broadcast_started(list);
         stop_unless_sendable(Tracker::instance().sending(list),
                              collective_text(process_group, "coalesced broadcast", root));
       });
@@ -186,6 +180,10 @@ const fsdpskip_plugin kPlugin = {
       });
     },
     [] { guarded("finish", finish); },
+    [](const void* address, size_t bytes, bool fault, const char* access) noexcept {
+      return guarded("touched", false, [&] { return Tracker::instance().touched(address, bytes, fault, access); });
+    },
+    []() noexcept { return OwnedPages::instance().guarded_count(); },
 };
 
 }  // namespace
@@ -209,6 +207,7 @@ extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpski
   }
   g_preload = host;
   Tracker::instance().start(host->say);
+  Tracker::instance().set_stop(materialize_failed);
   Tracker::instance().set_policy(host->active, host->mode == FSDPSKIP_MODE_AUDIT, host->log_level, host->stacks,
                                  false);
   host->say(FSDPSKIP_MESSAGE_DEBUG, ("Python frames: " + Tracker::instance().python_found()).c_str());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/plugin_abi.h"
+#include "owned_pages.h"
 #include "tracker.h"
 
 #define FSDPSKIP_PLUGIN_INTERNAL __attribute__((visibility("hidden")))
@@ -30,6 +31,10 @@ FSDPSKIP_PLUGIN_INTERNAL void finish();
 
 // Training's first collective (Tracker::collective_started said it began).
 FSDPSKIP_PLUGIN_INTERNAL void training_began(size_t bytes, bool rank0_data_seen);
+
+// Stops the process before `access` touches a skipped storage that cannot be
+// given its values (Tracker::set_stop). Does not return.
+FSDPSKIP_PLUGIN_INTERNAL void materialize_failed(const SkipSite& site, const std::string& why, const char* access);
 
 // Stops the process before `collective` when it would send skipped values
 // it could not give back (Tracker::sending); returns when there are none.

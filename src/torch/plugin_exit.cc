@@ -88,8 +88,17 @@ void training_began(size_t bytes, bool rank0_data_seen) {
     say(aborting ? FSDPSKIP_MESSAGE_ERROR : FSDPSKIP_MESSAGE_PENDING_IN_TRAINING, never_written_line(site));
   if (!aborting) {
     for (const SkipSite& site : pending) say(FSDPSKIP_MESSAGE_PENDING_IN_TRAINING, pending_line(site));
+    // No rank trains on values fsdpskip made: they are paid now, late.
+    if (!audit) tracker.materialize_pending("training's first collective");
     return;
   }
+  finish();
+  _exit(kPendingExitStatus);  // no atexit handlers: finish() was the preload's
+}
+
+void materialize_failed(const SkipSite& site, const std::string& why, const char* access) {
+  say(FSDPSKIP_MESSAGE_ERROR, unmaterializable_stop_line(access));
+  say(FSDPSKIP_MESSAGE_ERROR, unsendable_line(site, why));
   finish();
   _exit(kPendingExitStatus);  // no atexit handlers: finish() was the preload's
 }

@@ -166,6 +166,13 @@ std::string unsendable_line(const SkipSite& site, const std::string& why) {
   return line + where_text(site, "; skipped at ");
 }
 
+std::string unmaterializable_stop_line(const std::string& access) {
+  return format("%s is about to touch a skipped storage that fsdpskip cannot give the values it would have had "
+                "without it; run this rank with FSDPSKIP=off (or without the preload); ending the process with exit "
+                "status %d before the access",
+                access.c_str(), kPendingExitStatus);
+}
+
 std::string never_written_line(const SkipSite& site) {
   std::string line = format("never-written storage %s %s on %s, %s: a placeholder that nothing wrote before training "
                             "began (no init, copy, fill, broadcast or receive, no page in memory): it holds no "
@@ -183,10 +190,12 @@ std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_da
                             rank0_data_seen ? "after rank 0's broadcast, which did not cover every skipped storage"
                                             : "before any broadcast from rank 0 was seen",
                             pending, audit ? "storages would stay pending (audit: their inits ran)"
-                                           : "skipped storages stay pending");
-  if (!audit) line += rank0_data_seen ? "; no sync covers them (an evaluation-only, reference or reward model?): this "
-                                        "rank holds zeros there, where without fsdpskip it would hold its own init"
-                                      : "; this rank trains on zeros where it should hold rank 0's values";
+                                           : "skipped storages were still pending");
+  if (!audit && !aborting)
+    line += rank0_data_seen ? "; no sync covers them (an evaluation-only, reference or reward model?): their inits "
+                              "run now, as without fsdpskip, and this rank holds its own init there"
+                            : "; their inits run now, as without fsdpskip: this rank holds its own init where it "
+                              "may have been meant to hold rank 0's values";
   line += aborting ? "; " + ending_the_process() : std::string("; FSDPSKIP_ON_PENDING=abort stops the process here");
   return line;
 }

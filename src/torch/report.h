@@ -28,6 +28,10 @@ std::string pending_in_training_line(size_t bytes, size_t pending, bool rank0_da
 // why, and where it was skipped.
 std::string unsendable_stop_line(const std::string& collective, size_t count);
 std::string unsendable_line(const SkipSite& site, const std::string& why);
+// What a rank says as it stops because a skipped storage that `access` is
+// about to touch cannot be given the values it would have had without
+// fsdpskip (why); then that storage, as unsendable_line says it.
+std::string unmaterializable_stop_line(const std::string& access);
 // One placeholder that nothing wrote before training began, and where it was made.
 std::string never_written_line(const SkipSite& site);
 // What FSDPSKIP_ON_PENDING=abort says when only such placeholders stop it.

@@ -37,25 +37,33 @@ void Tracker::set_policy(bool enabled, bool audit, fsdpskip_log_level log_level,
   // A later model of the same process: its placeholders are tagged until the
   // next broadcast from rank 0. Storages of earlier phases keep their state.
   if (!loading_.exchange(true)) tagged_any_.store(false);
+  OwnedPages::instance().install();
 }
 
 void Tracker::start(Say say) {
   say_ = say;
   // fork() (DataLoader workers) must not copy the lock held by a thread that
-  // will not exist in the child.
-  // The generators' lock is taken after the tracker's, as everywhere.
+  // will not exist in the child. The locks are taken in the order they are
+  // everywhere: a materialization's, the tracker's, the generators', then
+  // OwnedPages' (which tag() takes for an adoption).
   pthread_atfork(
       [] {
+        instance().materializing_.lock();
         instance().mutex_.lock();
         instance().generators_.mutex().lock();
+        OwnedPages::instance().mutex().lock();
       },
       [] {
+        OwnedPages::instance().mutex().unlock();
         instance().generators_.mutex().unlock();
         instance().mutex_.unlock();
+        instance().materializing_.unlock();
       },
       [] {
+        OwnedPages::instance().mutex().unlock();
         instance().generators_.mutex().unlock();
         instance().mutex_.unlock();
+        instance().materializing_.unlock();
         instance().forked_child_ = true;
       });
   // The CPU allocator hands out posix_memalign memory: private anonymous
@@ -66,6 +74,8 @@ void Tracker::start(Say say) {
   // the interpreter finalizes (module globals cleared) are the process
   // ending, not a resolution.
   python_found_ = find_python(say);
+  // The loading phase lasts from the start: large storages get pages of their own.
+  if (loading()) OwnedPages::instance().install();
 }
 
 std::string Tracker::python_found() const { return python_found_; }
@@ -76,7 +86,7 @@ bool Tracker::shutting_down() const {
 
 bool Tracker::from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const {
   return storage->device_type() == c10::DeviceType::CPU &&
-         (deleter == cpu_deleter_ || deleter == &c10::free_cpu);
+         (deleter == cpu_deleter_ || deleter == &c10::free_cpu || OwnedPages::owns(deleter));
 }
 
 void Tracker::log(fsdpskip_message kind, const char* what, const c10::StorageImpl* storage) {
@@ -106,7 +116,6 @@ void Tracker::forget_locked(std::unordered_map<void*, Record>::iterator found) {
     if (shutting_down()) freed_at_shutdown_.push_back(*record.site);
     else resolve_locked(record, true);
   }
-  set_zeros_locked(record, false);
   records_.erase(found);
   tracked_.fetch_sub(1);
 }
@@ -136,7 +145,7 @@ Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
   // failure leaves the storage as it was.
   auto entry = records_.try_emplace(context).first;
   Record& record = entry->second;
-  record = Record{storage, swap ? deleter : nullptr, std::nullopt, role, false, false, false, nullptr, {}, nullptr};
+  record = Record{context, storage, swap ? deleter : nullptr, std::nullopt, role, false, false, nullptr, {}, {}, nullptr};
   if (!swap) {
     record.watched.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
   } else if (!data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) {
@@ -152,12 +161,13 @@ bool Tracker::tag(c10::StorageImpl* storage) {
   std::lock_guard<std::mutex> lock(mutex_);
   Record* record = find_locked(storage);
   bool fresh = record == nullptr;
+  // A parameter made before the plugin was loaded (its first): given pages
+  // of its own if nothing wrote it yet, so that it can be skipped too.
+  c10::DataPtr adopted_from;
+  if (fresh && from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
+    adopted_from = OwnedPages::instance().adopt(storage);
   if (fresh) record = track_locked(storage, Role::kParameter);
-  if (record != nullptr && record->role == Role::kDerived) {  // a mask's storage, reused for a parameter
-    record->role = Role::kParameter;
-    set_zeros_locked(*record, false);
-    fresh = true;
-  }
+  if (record != nullptr && adopted_from) record->adopted_from = std::move(adopted_from);
   if (record == nullptr || record->role != Role::kParameter) return false;
   if (fresh) ++stats_[Counter::storages_tagged];
   if (!tagged_any_.exchange(true)) log(FSDPSKIP_MESSAGE_DEBUG, "first tag:", storage);
@@ -180,12 +190,18 @@ void Tracker::resolve_locked(Record& record, bool by_free) {
   if (record.role == Role::kParameter && record.skipped) {
     ++stats_[by_free ? Counter::resolved_by_free : Counter::resolved_by_overwrite];
     pending_.fetch_sub(1);
+    // Its pages read as zeros until the overwrite writes them (a free
+    // unmaps them: OwnedPages::release).
+    if (!by_free && OwnedPages::owns(record.original_deleter)) OwnedPages::instance().unguard(record.context);
   }
   record.role = Role::kReceived;
   record.skipped = false;
   record.calls.clear();
   record.unreplayable = nullptr;
-  set_zeros_locked(record, false);
+}
+
+bool Tracker::owned_locked(const Record& record, c10::StorageImpl* storage) const {
+  return !record.watched && OwnedPages::owns(record.original_deleter) && storage->device_type() == c10::DeviceType::CPU;
 }
 
 void Tracker::mark_unreplayable_locked(Record& record, const char* why) {

@@ -39,7 +39,6 @@ namespace fsdpskip {
 enum class Role : uint8_t {
   kParameter,  // a parameter's placeholder on this rank: its inits are skipped
   kReceived,   // written by a broadcast from rank 0: copies from it resolve
-  kDerived,    // the zeros decide_on_zeros' answer produced (a comparison's mask)
 };
 
 // Where and what a skipped storage was, captured at its first skip, so the
@@ -90,7 +89,9 @@ class Tracker {
   // replayed), and makes it read as zeros; a skipped normal_ or uniform_ (its
   // generator argument passed) moves its generator by the draws it would
   // have made (generator_history.h: owing their regenerations).
-  void skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator = nullptr,
+  // Returns false when the storage cannot be skipped after all (its record
+  // went meanwhile): the caller runs the kernel on self.
+  bool skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator = nullptr,
                const fsdpskip_call_arguments* arguments = nullptr);
   // A CPU generator's state is about to be read (reads) or replaced (a
   // reseed, a set state); its caller holds its lock. What it owes is paid
@@ -103,19 +104,36 @@ class Tracker {
   void audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t nanoseconds);
   void copied(const at::Tensor& dst, const at::Tensor& src);
   // A comparison with a scalar (other: c10::Scalar*), `|` (other: at::Tensor*)
-  // or any() (other: nullptr) into `out`: ZEROS when its inputs hold zeros and
-  // so does its result.
-  fsdpskip_verdict decide_on_zeros(fsdpskip_kernel kernel, const at::Tensor& self, const void* other,
-                                   const at::Tensor& out);
-  // After ZEROS: `out` is zeroed exactly (pages released) and remembered.
-  void zeros_produced(fsdpskip_kernel kernel, const at::Tensor& out);
-  // True when tensor's whole storage is known to hold zeros (CPU only).
-  bool holds_zeros(const at::Tensor& tensor);
+  // or any() (other: nullptr) about to read self (and other): a skipped
+  // storage among them is materialized first.
+  void reading(fsdpskip_kernel kernel, const at::Tensor& self, const void* other);
+  // Something fsdpskip does not follow is about to touch [address, address +
+  // bytes): a fault on a guarded page (`fault`), or a system call that would
+  // read or write the range (`access` names it). Every skipped storage it
+  // overlaps is materialized first. Returns whether the address lies in
+  // memory of OwnedPages' (for a fault: whether it may be retried).
+  bool touched(const void* address, size_t bytes, bool fault, const char* access);
+  // Gives a skipped storage its values (its recipe replayed) before
+  // something fsdpskip does not skip reads or writes it; nothing when it is
+  // not pending. Where that cannot be done, materialize_failed (set_stop)
+  // stops the process.
+  void materialize(const at::Tensor& tensor, const char* access);
+  // Every storage still pending, materialized (training began, and no sync
+  // covered them): their inits are paid now, as without fsdpskip.
+  void materialize_pending(const char* access);
+  // What stops the process when a skipped storage cannot be given its
+  // values before an access (the plugin's: one line, the summary, exit 3).
+  using MaterializeFailed = void (*)(const SkipSite& site, const std::string& why, const char* access);
+  void set_stop(MaterializeFailed stop) { materialize_failed_ = stop; }
   void requires_grad_set(c10::TensorImpl* tensor);
   void data_set(const at::TensorBase& self);
   // A broadcast reaching a rank that is not its root: the skipped storages
   // of its tensors are resolved, and the loading phase ends.
   void broadcast_started(const std::vector<at::Tensor>& tensors);
+  // c10d::broadcast_coalesced reaching a rank that is not its root (DDP's
+  // and FSDP1's sync): it writes every tensor it is given, after reading
+  // them into its buckets.
+  void coalesced_broadcast_started(const std::vector<at::Tensor>& tensors);
   // Tensors about to leave this rank (a broadcast at its root, a send, a
   // scatter's inputs): their skipped storages are first given their values
   // by replaying their skipped calls (in audit mode, where every init ran,
@@ -174,6 +192,7 @@ class Tracker {
 
  private:
   struct Record {
+    void* context;  // its DataPtr's, the table's key (an OwnedPages mapping's, when it has one)
     c10::StorageImpl* storage;
     c10::DeleterFnPtr original_deleter;  // swapped: the deleter to call at the free
     std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> watched;  // not swapped
@@ -182,10 +201,8 @@ class Tracker {
     // Tagged with no page of it in memory (a fresh torch.empty placeholder):
     // `site` says what and where, for never_written().
     bool placeholder = false;
-    // Holds zeros: skipped and zeroed, or produced by zeros_produced(), and
-    // not written since through any kernel fsdpskip sees.
-    bool zeros = false;
     std::unique_ptr<SkipSite> site;
+    c10::DataPtr adopted_from;  // its memory before OwnedPages::adopt, freed with it
     // What it skipped since it was last given values, in order, for its
     // replay; or why its skipped values cannot be given back.
     SkippedCalls calls;
@@ -201,13 +218,22 @@ class Tracker {
   c10::DeleterFnPtr original_deleter(const Record* record, c10::StorageImpl* storage) const;
   Record* track_locked(c10::StorageImpl* storage, Role role);
   void resolve_locked(Record& record, bool by_free);
+  // True when a record's memory is a mapping of OwnedPages': only those are skipped.
+  bool owned_locked(const Record& record, c10::StorageImpl* storage) const;
+  // Materializes the pending record of `context` (an OwnedPages mapping), one at a time.
+  void materialize_context(void* context, const char* access);
+  // Resolves or materializes the pending storage of each tensor a
+  // collective is about to write with another rank's data: all its bytes
+  // written resolve it, fewer materialize it first.
+  void arriving(const std::vector<at::Tensor>& tensors);
   // No new parameter is a placeholder from here on: rank 0's data started to
   // arrive (`by_rank0_data`), or training did.
   void end_loading_locked(bool by_rank0_data);
   // `call` describes the skipped call (a copy_'s `copy_source` given); for
   // normal_ and uniform_, `generator` is advanced by `draws` (and `call`
   // learns where it stood).
-  void skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, SkippedCall call, const char* unreplayable,
+  // False when it cannot be skipped after all: the kernel runs.
+  bool skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, SkippedCall call, const char* unreplayable,
                     const at::Tensor* copy_source, const std::optional<at::Generator>& generator, uint64_t draws);
   // A skipped copy's source: what its storage skipped so far and where the
   // source lies in it; or why it cannot be replayed.
@@ -218,16 +244,8 @@ class Tracker {
   // Gives the pending records among `storages` their values (their calls
   // replayed) and marks them sent; the others are returned.
   std::vector<Unsendable> replay_pending(const std::vector<c10::StorageImpl*>& storages);
-  // Says once that `generator`, which self's normal_ or uniform_ draws from
-  // after loading, is not where it would be without fsdpskip (if it is not
-  // reseeded since).
-  void warn_if_unreproduced(fsdpskip_kernel kernel, const at::Tensor& self,
-                            const compat::GeneratorArgument& generator);
   // Before a normal_ or uniform_ on self runs: its generator pays what it owes.
   void pay_before_drawing(const at::Tensor& self, const compat::GeneratorArgument& generator);
-  // An any() answered on zeros: the generator this thread last advanced may
-  // have been drawn from again, by as much as the values would have asked.
-  void note_unreproduced();
   // Marks the first skip of a record; returns true when it was the first.
   bool mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self);
   // After a first skip, outside the lock: where it came from, into its site.
@@ -245,35 +263,23 @@ class Tracker {
   // zeroes: the call writes all-zero bytes (zero_, fill_ with +0).
   fsdpskip_verdict decide_init_untraced(const at::Tensor& self, bool zeroes);
   fsdpskip_verdict decide_copy_untraced(const at::Tensor& dst, const at::Tensor& src);
-  // A call with this verdict writes `written`: its storage no longer holds
-  // known zeros (unless the verdict skips or zeroes it). Returns verdict.
-  fsdpskip_verdict writes(const at::Tensor& written, fsdpskip_verdict verdict);
-  void set_zeros_locked(Record& record, bool zeros);
   // One line through say_ (FSDPSKIP_LOG=debug: tags and skips; trace: every decision).
   void log(fsdpskip_message kind, const char* what, const c10::StorageImpl* storage);
   fsdpskip_verdict traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict);
 
   std::mutex mutex_;
+  std::mutex materializing_;  // one materialization at a time; taken before mutex_
+  MaterializeFailed materialize_failed_ = nullptr;
   std::unordered_map<void*, Record> records_;  // by DataPtr context
   std::vector<SkipSite> freed_at_shutdown_;
   std::optional<std::vector<SkipSite>> never_written_;  // never_written()'s answer, once found
   // The storages zeroed lazily during this loading phase, by their data:
   // written (with zeros), though none of their pages is in memory.
   std::unordered_set<const void*> zeroed_while_loading_;
-  // Generators whose draws could not be reproduced (an any() answered on a
-  // skipped storage after they were advanced for it: trunc_normal_'s
-  // rejection test), with their seed then: a reseed makes them exact again.
-  struct Unreproduced {
-    c10::weak_intrusive_ptr<c10::GeneratorImpl> generator;
-    uint64_t seed;
-  };
-  std::vector<Unreproduced> unreproduced_;
   GeneratorHistory generators_;  // where skipped calls' generators stood, and what they owe
-  std::atomic<size_t> unreproduced_count_{0};
   Stats stats_;
   std::atomic<size_t> tracked_{0};
   std::atomic<size_t> pending_{0};
-  std::atomic<size_t> zeros_known_{0};  // records whose zeros is set
   std::atomic<bool> loading_{true};
   std::atomic<bool> training_{false};
   std::atomic<bool> tagged_any_{false};

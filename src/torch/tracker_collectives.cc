@@ -9,16 +9,38 @@ using namespace tracker_detail;
 void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
   bool track_received = loading() || pending_.load() != 0;
   if (!track_received) return;  // training's broadcasts (DDP's buffers): nothing left to resolve
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    sweep_ended_locked();
-    for (const at::Tensor& tensor : tensors) {
-      c10::StorageImpl* storage = storage_of(tensor);
-      if (storage == nullptr) continue;
-      if (Record* record = find_locked(storage)) resolve_locked(*record, false);
-      else track_locked(storage, Role::kReceived);
+  arriving(tensors);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const at::Tensor& tensor : tensors)
+    if (c10::StorageImpl* storage = storage_of(tensor); storage && find_locked(storage) == nullptr)
+      track_locked(storage, Role::kReceived);
+  end_loading_locked(true);
+}
+
+void Tracker::coalesced_broadcast_started(const std::vector<at::Tensor>& tensors) {
+  if (pending_.load() == 0) return;
+  // c10d flattens the tensors into buckets (reading them) before each
+  // bucket's broadcast, then copies every one back out of it: they are
+  // resolved now, and read as zeros for the flatten, whose bytes the
+  // broadcast overwrites.
+  arriving(tensors);
+}
+
+void Tracker::arriving(const std::vector<at::Tensor>& tensors) {
+  if (pending_.load() == 0) return;
+  for (const at::Tensor& tensor : tensors) {
+    c10::StorageImpl* storage = storage_of(tensor);
+    if (storage == nullptr) continue;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      Record* record = find_locked(storage);
+      if (record == nullptr || record->role != Role::kParameter || !record->skipped) continue;
+      if (covers_storage(tensor, storage)) {
+        resolve_locked(*record, false);
+        continue;
+      }
     }
-    end_loading_locked(true);
+    materialize(tensor, "a collective that writes a part of it");
   }
 }
 
@@ -57,18 +79,12 @@ void Tracker::sent_locked(Record& record) {
   record.placeholder = false;
   record.calls.clear();
   record.unreplayable = nullptr;
-  set_zeros_locked(record, false);
   pending_.fetch_sub(1);
   ++stats_[Counter::storages_replayed];
 }
 
 std::vector<Tracker::Unsendable> Tracker::replay_pending(const std::vector<c10::StorageImpl*>& storages) {
-  struct Replay {
-    c10::intrusive_ptr<c10::StorageImpl> storage;  // held while it is written
-    SkippedCalls calls;
-    bool released;  // its whole pages were handed back when it was skipped
-  };
-  std::vector<Replay> replays;
+  std::vector<void*> contexts;
   std::vector<Unsendable> unsendable;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -78,33 +94,10 @@ std::vector<Tracker::Unsendable> Tracker::replay_pending(const std::vector<c10::
       if (record == nullptr || record->role != Role::kParameter || !record->skipped) continue;
       if (audit_.load()) sent_locked(*record);  // every init ran
       else if (record->unreplayable != nullptr) unsendable.push_back({*record->site, record->unreplayable});
-      else
-        replays.push_back({c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage), record->calls,
-                           from_cpu_allocator(storage, original_deleter(record, storage))});
+      else contexts.push_back(record->context);
     }
   }
-  for (Replay& replay_of : replays) {
-    c10::StorageImpl* storage = replay_of.storage.get();
-    std::string why;
-    // A page of it in memory that its skip released: something fsdpskip
-    // does not see touched it since (cat(out=), index_put_, numpy), and a
-    // replay could write over what it wrote.
-    if (replay_of.released && any_page_resident(compat::data_ptr(*storage).get(), storage->nbytes())) {
-      why = "memory of it was touched since its init was skipped by something fsdpskip does not see (cat(out=), "
-            "index_put_, numpy), so a replay could lose a write";
-    } else {
-      try {
-        replay(storage, replay_of.calls);
-      } catch (const std::exception& error) {
-        why = std::string("its replay failed: ") + error.what();
-      }
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    Record* record = find_locked(storage);
-    if (record == nullptr || record->role != Role::kParameter || !record->skipped) continue;
-    if (why.empty()) sent_locked(*record);
-    else unsendable.push_back({*record->site, why});
-  }
+  for (void* context : contexts) materialize_context(context, "a send");
   return unsendable;
 }
 
@@ -121,10 +114,9 @@ void Tracker::end_loading_locked(bool by_rank0_data) {
   if (by_rank0_data) stats_.loading_ended = true;
   zeroed_while_loading_.clear();  // nothing is tagged until the next loading phase
   generators_.settle_all();
-  // Comparisons are answered from known zeros only while loading: a write
-  // fsdpskip does not see (index_put_, numpy) cannot mislead a later phase.
-  if (zeros_known_.load() != 0)
-    for (auto& entry : records_) set_zeros_locked(entry.second, false);
+  // Training's storages come and go by the thousand: the allocator that
+  // gave loading's their own pages gives its place back.
+  OwnedPages::instance().uninstall();
 }
 
 void Tracker::received(const void* buffer, size_t bytes) {

@@ -1,5 +1,4 @@
-// What the tracker's files (tracker*.cc, one job each) share: the generator a
-// thread last advanced, torch's own zeroing, a tensor's storage and byte
+// What the tracker's files (tracker*.cc, one job each) share: torch's own zeroing, a tensor's storage and byte
 // range, and a skipped storage's description. Internal to the tracker.
 #pragma once
 
@@ -22,16 +21,13 @@
 #include <cstdio>
 
 #include "compat.h"
+#include "owned_pages.h"
 #include "python_frames.h"
 #include "random_draws.h"
 #include "zero_pages.h"
 
 namespace fsdpskip {
 namespace tracker_detail {
-
-// The generator this thread's last skipped normal_ or uniform_ was advanced
-// on: an any() answered on zeros after it may have hidden redraws from it.
-inline thread_local std::optional<c10::weak_intrusive_ptr<c10::GeneratorImpl>> t_last_advanced;
 
 inline bool is_random(fsdpskip_kernel kernel) { return kernel == FSDPSKIP_NORMAL || kernel == FSDPSKIP_UNIFORM; }
 
@@ -74,9 +70,11 @@ inline bool contiguous_range(const at::Tensor& tensor, char** begin, size_t* byt
   return true;
 }
 
-// True when `tensor` is the whole of `storage`, contiguous.
+// True when `tensor` has every byte of `storage`, each once, whatever its
+// strides (channels_last, a transpose): what a write through it covers is
+// computed from its bytes, not its layout.
 inline bool covers_storage(const at::Tensor& tensor, const c10::StorageImpl* storage) {
-  return tensor.is_contiguous() && tensor.storage_offset() == 0 &&
+  return tensor.storage_offset() == 0 && tensor.is_non_overlapping_and_dense() &&
          static_cast<size_t>(tensor.numel() * tensor.itemsize()) == storage->nbytes();
 }
 

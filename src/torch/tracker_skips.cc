@@ -6,7 +6,7 @@
 namespace fsdpskip {
 using namespace tracker_detail;
 
-void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator,
+bool Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator,
                       const fsdpskip_call_arguments* arguments) {
   // The generator, the draws and the call's description first: they may
   // throw (another device's generator, torch's own error, an allocation),
@@ -22,13 +22,13 @@ void Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self, const comp
     SkippedCall call = describe_call(kernel, self, arguments, &unreplayable);
     const at::Tensor* copy_source =
         kernel == FSDPSKIP_COPY && arguments ? static_cast<const at::Tensor*>(arguments->value) : nullptr;
-    skip_storage(kernel, self, std::move(call), unreplayable, copy_source, drawn_from, draws);
+    if (!skip_storage(kernel, self, std::move(call), unreplayable, copy_source, drawn_from, draws)) return false;
   } catch (const std::exception&) {
     // The kernel runs on self after all: its generator pays what it owes first.
     if (drawn_from) generators_.settle(drawn_from->unsafeGetGeneratorImpl(), false);
     throw;
   }
-  if (drawn_from) t_last_advanced.emplace(drawn_from->getIntrusivePtr());
+  return true;
 }
 
 void Tracker::generator_touched(c10::GeneratorImpl* generator, bool reads) {
@@ -46,63 +46,47 @@ const char* Tracker::describe_copy_source_locked(const at::Tensor& src, SkippedC
   return nullptr;
 }
 
-void Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, SkippedCall call, const char* unreplayable,
+bool Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, SkippedCall call, const char* unreplayable,
                            const at::Tensor* copy_source, const std::optional<at::Generator>& generator,
                            uint64_t draws) {
   c10::StorageImpl* storage = storage_of(self);
-  if (storage == nullptr) return;
-  bool tagged = false, first = false;
-  c10::DeleterFnPtr deleter = nullptr;
+  if (storage == nullptr) return false;
+  bool first = false;
+  void* context = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Record* record = find_locked(storage);
-    if (record != nullptr && record->role == Role::kParameter) {
-      // What may fail comes before anything is committed: then the kernel runs on self.
-      if (copy_source != nullptr && unreplayable == nullptr)
-        unreplayable = describe_copy_source_locked(*copy_source, call);
-      // A call that writes the whole storage makes every earlier one moot:
-      // a storage re-initialised in a loop keeps one call.
-      if (unreplayable == nullptr && covers_storage(self, record->storage)) record->calls.clear();
-      if (unreplayable == nullptr && record->calls.size() == record->calls.capacity())
-        record->calls.reserve(std::max<size_t>(2, 2 * record->calls.size()));
-      if (generator) generators_.reserve();
-      first = mark_skipped_locked(*record, kernel, self);
-      if (generator) generators_.record(*generator, draws, call);
-      if (unreplayable == nullptr) record->calls.push_back(std::move(call));
-      else mark_unreplayable_locked(*record, unreplayable);
-      tagged = true;
-      deleter = original_deleter(record, storage);
-      ++stats_.calls[kernel];
-    }
+    // Its record went between the verdict and now (the policy changed on
+    // another thread): the kernel runs after all.
+    if (record == nullptr || record->role != Role::kParameter || !owned_locked(*record, storage)) return false;
+    // What may fail comes before anything is committed: then the kernel runs on self.
+    if (copy_source != nullptr && unreplayable == nullptr)
+      unreplayable = describe_copy_source_locked(*copy_source, call);
+    // A call that writes the whole storage makes every earlier one moot:
+    // a storage re-initialised in a loop keeps one call.
+    if (unreplayable == nullptr && covers_storage(self, record->storage)) record->calls.clear();
+    if (unreplayable == nullptr && record->calls.size() == record->calls.capacity())
+      record->calls.reserve(std::max<size_t>(2, 2 * record->calls.size()));
+    if (generator) generators_.reserve();
+    first = mark_skipped_locked(*record, kernel, self);
+    if (generator) generators_.record(*generator, draws, call);
+    if (unreplayable == nullptr) record->calls.push_back(std::move(call));
+    else mark_unreplayable_locked(*record, unreplayable);
+    context = record->context;
+    ++stats_.calls[kernel];
   }
-  // Its record went between the verdict and now (the policy changed on
-  // another thread): the kernel did not run, so at least no stale bytes.
-  if (!tagged) {
-    if (generator) advance(*generator, draws);
-    zero_tensor(self);
-    return;
-  }
-  // A skipped storage reads as zeros, never as stale contents (transformers
-  // #45050's NaN). The CPU allocator's private anonymous pages are released;
-  // device memory (the CUDA caching allocator's) is zeroed by torch's own
-  // zero_ on the current stream; CPU memory of other kinds (file mappings,
-  // shared or pinned memory) is left as it is.
-  size_t bytes = storage->nbytes();
-  Zeroed zeroed;
-  bool anonymous = from_cpu_allocator(storage, deleter), left = false;
-  if (anonymous) zeroed = zero_range(compat::data_ptr(*storage).get(), bytes, true);
-  else if (storage->device_type() != c10::DeviceType::CPU && zero_with_torch(storage)) zeroed.written = bytes;
-  else left = true;
+  // Its values are its recipe now; its pages are released and guarded, so
+  // that anything that touches them has it materialized first. Where the
+  // kernel refuses the guard (the map count), it is materialized at once.
+  bool guarded = OwnedPages::instance().guard(context);
+  if (!guarded) materialize(self, "a guard the kernel refused (vm.max_map_count)");
   if (first) record_skip_stack(storage);
-  std::lock_guard<std::mutex> lock(mutex_);
-  // Known zeros only where the comparisons' answers can use them: the CPU allocator's memory.
-  if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
-    set_zeros_locked(*record, anonymous && loading());
-  if (!first) return;
-  stats_[Counter::bytes_never_committed] += zeroed.released;
-  stats_[Counter::bytes_zeroed_by_writing] += zeroed.written;
-  if (left) stats_[Counter::bytes_left_unzeroed] += bytes;
-  log(FSDPSKIP_MESSAGE_DEBUG, "skipped init of", storage);
+  if (first && guarded) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_[Counter::bytes_never_committed] += storage->nbytes();
+    log(FSDPSKIP_MESSAGE_DEBUG, "skipped init of", storage);
+  }
+  return true;
 }
 
 void Tracker::zero_lazily(const at::Tensor& self) {
@@ -153,22 +137,14 @@ void Tracker::record_skip_stack(c10::StorageImpl* storage) {
 }
 
 void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
+  (void)src;
   if (tracked_.load() == 0) return;
   c10::StorageImpl* destination = storage_of(dst);
-  c10::StorageImpl* source = storage_of(src);
-  if (destination == nullptr || source == nullptr) return;
+  if (destination == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  Record* target = find_locked(destination);
-  if (target == nullptr || target->role != Role::kParameter) return;
-  target->placeholder = false;  // written: a copy of anything
-  Record* origin = find_locked(source);
-  // Only rank 0's data resolves: a copy of a locally computed tensor (the
-  // resampling of torch >= 2.12's trunc_normal_, orthogonal_'s QR factor) does not.
-  if (origin != nullptr && origin->role == Role::kReceived && covers_storage(dst, destination))
-    return resolve_locked(*target, false);
-  // Values written over skipped ones, which a replay of the skipped calls
-  // alone would lose.
-  mark_unreplayable_locked(*target, "a copy_ into it after its init was skipped is not replayed");
+  // Written: a copy of anything. (decide_copy resolved or materialized a
+  // pending destination before the copy ran.)
+  if (Record* record = find_locked(destination); record && record->role == Role::kParameter) record->placeholder = false;
 }
 
 }  // namespace fsdpskip

@@ -35,7 +35,7 @@ THROUGH_NN_INIT = textwrap.dedent("""\
     import torch, torch.nn as nn
     def init_all(p):
         nn.init.normal_(p, std=0.02)
-    kept = nn.Parameter(torch.empty(32, 8))
+    kept = nn.Parameter(torch.empty(32, 32))
     init_all(kept)
     """)
 
@@ -43,7 +43,7 @@ THREADED = textwrap.dedent("""\
     import threading, torch, torch.nn as nn
     kept = []
     def worker():
-        p = nn.Parameter(torch.empty(16, 16))
+        p = nn.Parameter(torch.empty(32, 32))
         p.data.uniform_()
         kept.append(p)
     thread = threading.Thread(target=worker)
@@ -56,7 +56,7 @@ THREADED = textwrap.dedent("""\
 NON_ASCII = textwrap.dedent("""\
     import torch, torch.nn as nn
     def initialisé():
-        p = nn.Parameter(torch.empty(8, 8))
+        p = nn.Parameter(torch.empty(32, 32))
         p.data.zero_()
         p.data.fill_(1.0)
         return p

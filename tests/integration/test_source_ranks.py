@@ -18,7 +18,6 @@ import torch
 from harness import (COMMAND, LOAD_MODEL, environment, rank_lines, require, run, said_by_fsdpskip, summary_lines,
                      torchrun)
 import launch  # tools/workloads, put on the path by harness
-from test_distributed import TRUNC_NORMAL_IS_A_CHAIN
 
 # Every test here runs against every torch, but the two nodes in network
 # namespaces of their own: the host's suite alone (root, and `ip` on the
@@ -53,13 +52,13 @@ def assert_as_without_fsdpskip(plain, ranks):
 
 def assert_source_replayed(done, rank):
     line = summary(done, rank)
-    assert count(line, "replayed") > 0 and count(line, "pending") == 0 and count(line, "overwrite") == 0, line
-    assert count(line, "replayed") == count(line, "on"), line  # every skipped storage was sent
+    assert count(line, "materialized") > 0 and count(line, "pending") == 0 and count(line, "overwrite") == 0, line
+    assert count(line, "materialized") == count(line, "on"), line  # every skipped storage was sent
 
 
 def assert_receiver_skipped(done, rank, local_rank=None):
     line = summary(done, rank, local_rank)
-    assert count(line, "overwrite") > 0 and count(line, "pending") == 0 and count(line, "replayed") == 0, line
+    assert count(line, "overwrite") > 0 and count(line, "pending") == 0 and count(line, "materialized") == 0, line
 
 
 @pytest.mark.every_torch
@@ -105,35 +104,24 @@ def test_megatrons_master_weight_then_slice_ends_as_without_fsdpskip(tmp_path):
     _, plain = job(tmp_path, *args, nproc=4, preload=False)
     done, ranks = job(tmp_path, *args, nproc=4, FSDPSKIP="on")
     assert_as_without_fsdpskip(plain, ranks)
-    for rank in (2, 3):
-        assert count(summary(done, rank), "pending") == 0
+    for rank in (2, 3):  # their 1-D parameters' inits, under a page each, ran
+        assert not any("pending storage" in line for line in rank_lines(done, rank)), rank_lines(done, rank)
 
 
 @pytest.mark.every_torch
-def test_a_source_that_cannot_replay_stops_before_it_sends(tmp_path):
+def test_a_trunc_normal_source_ends_as_without_fsdpskip(tmp_path):
     """trunc_normal_ on a source: its later steps (erfinv_, mul_, add_,
-    clamp_, up to torch 2.11) or its rejection sampling (from 2.12) cannot be
-    replayed. Rank 1 stops before the first broadcast it roots: one error
-    line naming the collective, its root and group, and what to do, a line
-    per storage with where it was skipped, its summary, exit status 3; it
-    sends nothing, so rank 0 never holds a skipped value."""
-    out = tmp_path / "out"
-    out.mkdir()
-    args = [LOAD_MODEL, "--out", str(out), "--size", "tiny", "--style", "trunc", "--sync", "broadcast", "--source",
-            "1", "--seed-per-rank", "--timeout", "60"]
-    done = launch.run(args, environment(True, FSDPSKIP="on"), nproc=2, timeout=600, agent=False)
-    assert done.returncode != 0
-    lines = said_by_fsdpskip(rank_lines(done, 1))
-    assert lines, done.stderr[-3000:]
-    first = lines[0]
-    assert "error:" in first and "broadcast (root 1 of a group of 2, this rank 1)" in first, lines
-    assert "FSDPSKIP=off" in first and "exit status 3" in first, lines
-    named = [line for line in lines if "unsendable storage" in line]
-    why = "trunc_normal_'s later steps" if TRUNC_NORMAL_IS_A_CHAIN else "rejection sampling"
-    assert named and all(why in line for line in named), lines
-    assert any("load_model.py" in line for line in named), named  # where it was skipped
-    assert len(summary_lines("\n".join(rank_lines(done, 1)), 1)) == 1, lines
-    assert not (out / "rank1.json").exists() and not (out / "rank0.json").exists()
+    clamp_, up to torch 2.11) or its rejection sampling (from 2.12) read what
+    it drew, so each storage is materialized there and they run as without
+    fsdpskip; rank 1 then sends its own values, and rank 0 receives them."""
+    args = ("--size", "tiny", "--style", "trunc", "--sync", "broadcast", "--source", "1", "--seed-per-rank",
+            "--verify")
+    _, plain = job(tmp_path, *args, nproc=2, preload=False)
+    done, ranks = job(tmp_path, *args, nproc=2, FSDPSKIP="on")
+    assert_as_without_fsdpskip(plain, ranks)
+    line = summary(done, 1)
+    assert count(line, "materialized") > 0 and count(line, "pending") == 0, line
+    assert not any("error:" in l for l in said_by_fsdpskip(rank_lines(done, 1))), rank_lines(done, 1)
 
 
 @pytest.mark.every_torch("loopback")
@@ -190,4 +178,4 @@ def test_hybrid_sharding_on_a_2d_mesh_ends_as_without_fsdpskip(tmp_path):
         assert ranks[rank]["equal_to_rank0"] and ranks[rank]["all_finite"], rank
     for rank in (1, 2, 3):
         line = summary(done, rank)
-        assert count(line, "skipped") > 0 and count(line, "pending") == 0 and count(line, "replayed") == 0, line
+        assert count(line, "skipped") > 0 and count(line, "pending") == 0 and count(line, "materialized") == 0, line

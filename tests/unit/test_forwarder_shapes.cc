@@ -215,28 +215,29 @@ void check_random(const Row& row, bool normal) {
 }
 
 // A structured kernel's impl: a later step of an init chain (decide_chain),
-// or a comparison, `|` or any() (decide_on_zeros).
+// or a comparison, `|` or any() (reading, then the kernel).
 void check_structured(const Row& row, const char* name, const std::function<void(const at::Tensor&)>& call,
                       const void* op, const at::Tensor& self, const void* other,
                       std::vector<const void*> original_pointers) {
   const at::Tensor& out = *static_cast<const at::Tensor*>(original_pointers.back());
-  bool chain = row.kernel == FSDPSKIP_CHAIN;
-  for (const Script& script : scripts(chain ? std::vector<Script>{{FSDPSKIP_RUN}, {FSDPSKIP_SKIP}, {FSDPSKIP_AUDIT},
-                                                                  {FSDPSKIP_SKIP, "skipped"}}
-                                            : std::vector<Script>{{FSDPSKIP_RUN}, {FSDPSKIP_ZEROS},
-                                                                  {FSDPSKIP_ZEROS, "zeros_produced"}})) {
+  if (row.kernel != FSDPSKIP_CHAIN) {
+    Calls calls(FSDPSKIP_RUN);
+    call(out);
+    calls.original(name, op, original_pointers);
+    calls.plugin({{"reading", row.kernel, {&self, other}}});
+    return;
+  }
+  for (const Script& script :
+       scripts({{FSDPSKIP_RUN}, {FSDPSKIP_SKIP}, {FSDPSKIP_AUDIT}, {FSDPSKIP_SKIP, "skipped"}})) {
     SCOPED_TRACE(script_text(script));
     Calls calls(script.verdict, script.failing);
     call(out);
-    Expected decided = chain ? Expected{"decide_chain", -1, {&self, &out}}
-                             : Expected{"decide_on_zeros", row.kernel, {&self, other, &out}};
-    Expected done = chain ? Expected{"skipped", FSDPSKIP_CHAIN, {&out, nullptr, nullptr}, 0}
-                          : Expected{"zeros_produced", row.kernel, {&out}};
-    if (script.verdict == FSDPSKIP_SKIP || script.verdict == FSDPSKIP_ZEROS) {
+    Expected decided{"decide_chain", -1, {&self, &out}};
+    if (script.verdict == FSDPSKIP_SKIP) {
       // Done by the plugin instead of the kernel; where it failed, the kernel runs.
       if (script.failing) calls.original(name, op, original_pointers);
       else calls.no_original();
-      calls.plugin({decided, done});
+      calls.plugin({decided, {"skipped", FSDPSKIP_CHAIN, {&out, nullptr, nullptr}, 0}});
     } else {
       calls.original(name, op, original_pointers);
       if (script.verdict == FSDPSKIP_AUDIT) calls.plugin({decided, {"audited", FSDPSKIP_CHAIN, {&out}}});
@@ -399,6 +400,22 @@ const std::map<std::string, Check>& checks() {
          generator.set_state(state);
          calls.original("CPUGeneratorImpl::set_state", &generator, {&state});
          calls.plugin({{"generator_touched", 0, {&generator}}});
+       }},
+      {"generator_random",
+       [](const Row&) {
+         at::CPUGeneratorImpl generator{};
+         Calls calls(FSDPSKIP_RUN);
+         EXPECT_EQ(generator.random(), 0x9e3779b9u) << "the result did not come back";
+         calls.original("CPUGeneratorImpl::random", &generator);
+         calls.plugin({{"generator_touched", 1, {&generator}}});
+       }},
+      {"generator_random64",
+       [](const Row&) {
+         at::CPUGeneratorImpl generator{};
+         Calls calls(FSDPSKIP_RUN);
+         EXPECT_EQ(generator.random64(), 0x9e3779b97f4a7c15ull) << "the result did not come back";
+         calls.original("CPUGeneratorImpl::random64", &generator);
+         calls.plugin({{"generator_touched", 1, {&generator}}});
        }},
       {"gloo_broadcast", [](const Row&) { check_broadcast<c10d::ProcessGroupGloo>("ProcessGroupGloo::broadcast"); }},
       {"broadcast_coalesced_by_value",

@@ -11,6 +11,7 @@
 
 #include "../../src/common/elf_file.h"
 #include "environment.h"
+#include "guarded_access.h"
 #include "hooks.h"
 
 namespace fsdpskip {
@@ -63,6 +64,7 @@ TEST(HookTableEveryBuild, PreloadExportsExactlyTheTable) {
   std::set<std::string> expected;
   for (int i = 0; i < kHookCount; ++i) expected.insert(kHookRows[i].mangled);
   expected.insert(std::begin(kEnvironmentFunctions), std::end(kEnvironmentFunctions));
+  expected.insert(std::begin(kGuardedAccessFunctions), std::end(kGuardedAccessFunctions));
   EXPECT_EQ(exported, expected);
 }
 

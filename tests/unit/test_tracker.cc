@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -22,6 +23,8 @@ namespace {
 
 c10::StorageImpl* storage(const at::Tensor& t) { return compat::storage_of(t.unsafeGetTensorImpl()); }
 
+// Each test calls it before it allocates: from then on (a loading phase),
+// large storages get pages of their own, as in a rank whose plugin is loaded.
 Tracker& tracker() {
   static bool configured = [] {
     Tracker::instance().start(nullptr);
@@ -46,8 +49,31 @@ size_t resident_pages(const at::Tensor& t) {
 // Makes `received` look like a buffer a broadcast from rank 0 wrote into.
 void receive(const at::Tensor& received) { tracker().broadcast_started({received}); }
 
+// The elements of a float storage that gets pages of its own (OwnedPages):
+// only such storages are skipped.
+constexpr int64_t kOwned = 1 << 14;
+
+// A skipped fill_ of `value`: a call with a recipe (the interposer's arguments).
+void skip_fill(const at::Tensor& tensor, double value) {
+  c10::Scalar scalar(value);
+  fsdpskip_call_arguments arguments = {0, 0, &scalar, true};
+  ASSERT_TRUE(tracker().skipped(FSDPSKIP_FILL, tensor, nullptr, &arguments));
+}
+
+// What the preload's SIGSEGV handler does (src/preload/guarded_access.cc),
+// for a process without it: a fault on a guarded page materializes it.
+void route_faults_to_the_tracker() {
+  struct sigaction action = {};
+  action.sa_sigaction = [](int, siginfo_t* info, void*) {
+    if (!tracker().touched(info->si_addr, 1, true, "a test's read")) signal(SIGSEGV, SIG_DFL);
+  };
+  action.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigaction(SIGSEGV, &action, nullptr);
+}
+
 TEST(Tracker, TaggedStorageIsSkippedThroughEveryView) {
-  at::Tensor param = torch::empty({64, 64});
+  tracker();
+  at::Tensor param = torch::empty({128, 128});
   ASSERT_TRUE(tracker().tag(storage(param)));
   EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, param), FSDPSKIP_SKIP);
   EXPECT_EQ(tracker().decide_init(FSDPSKIP_UNIFORM, param.slice(1, 0, 8)), FSDPSKIP_SKIP);
@@ -57,11 +83,13 @@ TEST(Tracker, TaggedStorageIsSkippedThroughEveryView) {
 }
 
 TEST(Tracker, EmptyAndMetaTensorsAreNeverTagged) {
+  tracker();
   EXPECT_FALSE(tracker().tag(storage(torch::empty({0}))));
   EXPECT_FALSE(tracker().tag(storage(torch::empty({4}, torch::kMeta))));
 }
 
 TEST(Tracker, TagDiesWithItsStorageEvenWhenTheAddressRepeats) {
+  tracker();
   // The table's own first allocations would sit beside a freed heap chunk
   // and keep glibc from handing it back: make them before.
   at::Tensor warm = torch::empty({8});
@@ -99,22 +127,36 @@ TEST(Tracker, TagDiesWithItsStorageEvenWhenTheAddressRepeats) {
   EXPECT_GE(repeats, 1) << "the allocator never reused an address; the test proves nothing";
 }
 
-TEST(Tracker, SkipReleasesPagesAndReadsAsZeros) {
-  at::Tensor param = torch::full({4 << 20}, 7.0f);  // 16 MiB, committed
+TEST(Tracker, SkipReleasesAndGuardsPagesAndAnyTouchMaterializes) {
+  tracker();
+  route_faults_to_the_tracker();
+  at::Tensor param = torch::full({4 << 20}, 3.0f);  // 16 MiB, committed
   size_t pages = resident_pages(param);
   ASSERT_GT(pages, 4000u);
   ASSERT_TRUE(tracker().tag(storage(param)));
-  tracker().skipped(FSDPSKIP_NORMAL, param);
-  EXPECT_LT(resident_pages(param), 4u) << "only the partial edge pages may stay";
-  EXPECT_EQ(param.abs().sum().item<float>(), 0.0f);
+  skip_fill(param, 7.0);
+  EXPECT_EQ(resident_pages(param), 0u) << "every page is the storage's own, and released";
   Stats stats = tracker().stats();
-  EXPECT_EQ(stats.calls[FSDPSKIP_NORMAL], 1u);
+  EXPECT_EQ(stats.calls[FSDPSKIP_FILL], 1u);
   EXPECT_EQ(stats[Counter::storages_skipped], 1u);
-  EXPECT_GE(stats[Counter::bytes_never_committed], param.nbytes() - 2 * sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(stats[Counter::bytes_never_committed], param.nbytes());
   EXPECT_TRUE(tracker().is_pending(storage(param)));
+  // A read fsdpskip does not follow (here memcmp's) faults, and sees the skipped fill's values.
+  std::vector<float> sevens(4 << 20, 7.0f);
+  EXPECT_EQ(std::memcmp(param.data_ptr(), sevens.data(), param.nbytes()), 0);
+  EXPECT_FALSE(tracker().is_pending(storage(param)));
+  EXPECT_EQ(tracker().stats()[Counter::storages_replayed], 1u);
+}
+
+TEST(Tracker, SmallStoragesAreNeverSkipped) {
+  tracker();
+  at::Tensor small = torch::empty({256});  // under a page: from the CPU allocator, sharing its pages
+  ASSERT_TRUE(tracker().tag(storage(small)));
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, small), FSDPSKIP_RUN);
 }
 
 TEST(Tracker, LargeZeroPlaceholderIsZeroedWithoutCommittingPages) {
+  tracker();
   at::Tensor placeholder = torch::full({4 << 20}, 3.0f);
   ASSERT_EQ(tracker().decide_init(FSDPSKIP_ZERO, placeholder), FSDPSKIP_ZERO_LAZILY);
   tracker().zero_lazily(placeholder);
@@ -127,6 +169,7 @@ TEST(Tracker, LargeZeroPlaceholderIsZeroedWithoutCommittingPages) {
 }
 
 TEST(Tracker, LazyZeroBytesCountAsNeverCommittedOnlyWhileLoading) {
+  tracker();
   at::Tensor placeholder = torch::full({4 << 20}, 3.0f);
   ASSERT_EQ(tracker().decide_init(FSDPSKIP_ZERO, placeholder), FSDPSKIP_ZERO_LAZILY);
   tracker().zero_lazily(placeholder);
@@ -147,6 +190,7 @@ TEST(Tracker, LazyZeroBytesCountAsNeverCommittedOnlyWhileLoading) {
 }
 
 TEST(Tracker, EachTaggedStorageCountsOnce) {
+  tracker();
   at::Tensor first = torch::empty({64}), second = torch::empty({64});
   ASSERT_TRUE(tracker().tag(storage(first)));
   ASSERT_TRUE(tracker().tag(storage(first.view({8, 8}))));
@@ -154,80 +198,69 @@ TEST(Tracker, EachTaggedStorageCountsOnce) {
   EXPECT_EQ(tracker().stats()[Counter::storages_tagged], 2u);
 }
 
-TEST(Tracker, ComparisonsOfZerosAreAnsweredWithoutCommittingTheirOutput) {
-  at::Tensor param = torch::empty({4 << 20});
+TEST(Tracker, ComparisonOfSkippedStorageMaterializesItFirst) {
+  tracker();
+  at::Tensor param = torch::empty({kOwned});
   ASSERT_TRUE(tracker().tag(storage(param)));
-  tracker().skipped(FSDPSKIP_NORMAL, param);
-  ASSERT_TRUE(tracker().holds_zeros(param));
-  // (t < -2) with t all zeros: false everywhere, so the mask is zeros.
-  at::Tensor mask = torch::empty({4 << 20}, torch::kBool);
-  mask.fill_(true);
-  c10::Scalar minus_two(-2.0);  // a reused heap range: its pages are dirty
-  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_LT, param, &minus_two, mask), FSDPSKIP_ZEROS);
-  tracker().zeros_produced(FSDPSKIP_LT, mask);
-  EXPECT_LT(resident_pages(mask), 4u) << "its pages were released, not written";
-  EXPECT_FALSE(mask.any().item<bool>());
-  EXPECT_TRUE(tracker().holds_zeros(mask));
-  // `|` of two such masks, then any(), are answered too.
-  at::Tensor result = torch::empty({}, torch::kBool);
-  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_OR, mask, &mask, mask), FSDPSKIP_ZEROS);
-  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_ANY, mask, nullptr, result), FSDPSKIP_ZEROS);
-  // A bound that 0 breaks, and an input that holds data, run.
-  c10::Scalar half(0.5);
-  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_LT, param, &half, mask), FSDPSKIP_RUN);
-  EXPECT_FALSE(tracker().holds_zeros(mask)) << "the run writes it";
-  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_ANY, torch::ones({8}), nullptr, result), FSDPSKIP_RUN);
-  // A write the tracker sees ends the knowledge: copy_ into the parameter.
-  EXPECT_NE(tracker().decide_copy(param, torch::ones({4 << 20})), FSDPSKIP_SKIP);
-  EXPECT_FALSE(tracker().holds_zeros(param));
-  // So does the end of loading, for everything: a write fsdpskip cannot see
-  // (index_put_, numpy) must not mislead a later phase.
-  at::Tensor other = torch::empty({4 << 20});
-  ASSERT_TRUE(tracker().tag(storage(other)));
-  tracker().skipped(FSDPSKIP_NORMAL, other);
-  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_GT, other, &minus_two, mask), FSDPSKIP_RUN) << "0 > -2";
-  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_LT, other, &minus_two, mask), FSDPSKIP_ZEROS);
-  tracker().zeros_produced(FSDPSKIP_LT, mask);
-  ASSERT_TRUE(tracker().holds_zeros(other) && tracker().holds_zeros(mask));
-  receive(torch::ones({4}));
-  EXPECT_FALSE(tracker().holds_zeros(other) || tracker().holds_zeros(mask));
-  EXPECT_EQ(tracker().decide_on_zeros(FSDPSKIP_ANY, mask, nullptr, result), FSDPSKIP_RUN);
+  skip_fill(param, 3.0);
+  at::Tensor mask = torch::empty({kOwned}, torch::kBool);
+  c10::Scalar two(2.0);
+  tracker().reading(FSDPSKIP_LT, param, &two);
+  EXPECT_FALSE(tracker().is_pending(storage(param)));
+  EXPECT_TRUE(param.eq(3.0f).all().item<bool>());
 }
 
-TEST(Tracker, CopyFromReceivedDataResolvesCopyFromLocalDataDoesNot) {
-  at::Tensor param = torch::empty({256});
-  ASSERT_TRUE(tracker().tag(storage(param)));
-  tracker().skipped(FSDPSKIP_NORMAL, param);
-  at::Tensor local = torch::randn({256});
-  tracker().copied(param, local);  // torch 2.14's trunc_normal_ resampling
-  EXPECT_TRUE(tracker().is_pending(storage(param)));
-
-  at::Tensor flat = torch::randn({512});
+TEST(Tracker, WholeCopyResolvesAndPartialCopyMaterializesFirst) {
+  tracker();
+  at::Tensor whole = torch::empty({kOwned}), part = torch::empty({kOwned});
+  ASSERT_TRUE(tracker().tag(storage(whole)) && tracker().tag(storage(part)));
+  skip_fill(whole, 1.0);
+  skip_fill(part, 2.0);
+  at::Tensor flat = torch::randn({2 * kOwned});
   receive(flat);
-  EXPECT_EQ(tracker().decide_copy(param, flat.slice(0, 0, 256)), FSDPSKIP_RUN_NOTIFY);
   EXPECT_FALSE(tracker().loading()) << "the first broadcast after a tag ends the loading phase";
-  tracker().copied(param, flat.slice(0, 0, 256));
-  EXPECT_FALSE(tracker().is_pending(storage(param)));
+  // Every byte written: its recipe is moot, and nothing is replayed.
+  EXPECT_EQ(tracker().decide_copy(whole, flat.slice(0, 0, kOwned)), FSDPSKIP_RUN_NOTIFY);
+  EXPECT_FALSE(tracker().is_pending(storage(whole)));
+  // A part written: the rest keeps the values the skipped fill gave it.
+  EXPECT_EQ(tracker().decide_copy(part.slice(0, 0, 8), flat.slice(0, 0, 8)), FSDPSKIP_RUN_NOTIFY);
+  EXPECT_FALSE(tracker().is_pending(storage(part)));
+  EXPECT_TRUE(part.eq(2.0f).all().item<bool>());
   Stats stats = tracker().stats();
   EXPECT_EQ(stats[Counter::resolved_by_overwrite], 1u);
+  EXPECT_EQ(stats[Counter::storages_replayed], 1u);
   EXPECT_TRUE(stats.loading_ended);
 }
 
-TEST(Tracker, BroadcastIntoParameterResolvesIt) {
-  at::Tensor param = torch::empty({256});
+TEST(Tracker, ChannelsLastBroadcastCoversItsStorage) {
+  tracker();
+  at::Tensor param = torch::empty({4, 64, 8, 8}).contiguous(at::MemoryFormat::ChannelsLast);
+  ASSERT_FALSE(param.is_contiguous());
   ASSERT_TRUE(tracker().tag(storage(param)));
-  tracker().skipped(FSDPSKIP_UNIFORM, param);
+  skip_fill(param, 1.0);
+  receive(param);
+  EXPECT_FALSE(tracker().is_pending(storage(param)));
+  EXPECT_EQ(tracker().stats()[Counter::resolved_by_overwrite], 1u) << "resolved by its bytes, not its layout";
+}
+
+TEST(Tracker, BroadcastIntoParameterResolvesIt) {
+  tracker();
+  at::Tensor param = torch::empty({kOwned});
+  ASSERT_TRUE(tracker().tag(storage(param)));
+  skip_fill(param, 1.0);
   receive(param);
   EXPECT_FALSE(tracker().is_pending(storage(param)));
   EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, param), FSDPSKIP_RUN) << "it holds rank 0's data now";
 }
 
 TEST(Tracker, BroadcastBeforeAnyTagDoesNotEndLoading) {
+  tracker();
   receive(torch::ones({4}));  // e.g. a barrier's or a config broadcast
   EXPECT_TRUE(tracker().loading());
 }
 
 TEST(Tracker, NothingIsTaggedAfterLoadingEnds) {
+  tracker();
   at::Tensor param = torch::empty({16});
   ASSERT_TRUE(tracker().tag(storage(param)));
   receive(torch::ones({4}));
@@ -235,6 +268,7 @@ TEST(Tracker, NothingIsTaggedAfterLoadingEnds) {
 }
 
 TEST(Tracker, ZeroOfNeverWrittenMemoryStaysLazyAfterLoadingEnds) {
+  tracker();
   at::Tensor param = torch::empty({16});
   ASSERT_TRUE(tracker().tag(storage(param)));
   receive(torch::ones({4}));
@@ -276,9 +310,10 @@ TEST(Tracker, ZeroOfNeverWrittenMemoryStaysLazyAfterLoadingEnds) {
 }
 
 TEST(Tracker, PolicyReopensLoadingAndEarlierSkipsStayPending) {
-  at::Tensor first = torch::empty({64});
+  tracker();
+  at::Tensor first = torch::empty({kOwned});
   ASSERT_TRUE(tracker().tag(storage(first)));
-  tracker().skipped(FSDPSKIP_NORMAL, first);
+  skip_fill(first, 1.0);
   receive(torch::ones({4}));  // a broadcast that does not cover `first`
   ASSERT_FALSE(tracker().loading());
   tracker().set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, false);
@@ -293,9 +328,10 @@ TEST(Tracker, PolicyReopensLoadingAndEarlierSkipsStayPending) {
 }
 
 TEST(Tracker, DisabledTagsAndSkipsNothingButStillResolves) {
-  at::Tensor skipped = torch::empty({64});
+  tracker();
+  at::Tensor skipped = torch::empty({kOwned});
   ASSERT_TRUE(tracker().tag(storage(skipped)));
-  tracker().skipped(FSDPSKIP_NORMAL, skipped);
+  skip_fill(skipped, 1.0);
   tracker().set_policy(false, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
   at::Tensor later = torch::empty({64});
   EXPECT_FALSE(tracker().tag(storage(later)));
@@ -309,79 +345,88 @@ TEST(Tracker, DisabledTagsAndSkipsNothingButStillResolves) {
 }
 
 TEST(Tracker, ForeignAllocatorsKeepTheirDeleterAndAreWatched) {
+  tracker();
   // The CUDA caching allocator's blocks, pinned memory, a numpy array: any
   // allocator but the CPU one. Its deleter must stay (CUDA's record_stream
-  // recognises its blocks by it); the storage's end is still seen.
-  std::vector<float> memory(4096, 5.0f);
+  // recognises its blocks by it); the storage's end is still seen. Its
+  // pages are not fsdpskip's to guard, so its init runs.
+  std::vector<float> memory(kOwned, 5.0f);
   int deleted = 0;
-  at::Tensor param = torch::from_blob(memory.data(), {4096}, [&](void*) { ++deleted; });
+  at::Tensor param = torch::from_blob(memory.data(), {kOwned}, [&](void*) { ++deleted; });
   c10::DeleterFnPtr before = compat::data_ptr(*storage(param)).get_deleter();
   ASSERT_TRUE(tracker().tag(storage(param)));
   EXPECT_EQ(compat::data_ptr(*storage(param)).get_deleter(), before);
   EXPECT_TRUE(tracker().is_tagged(storage(param)));
-  ASSERT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, param), FSDPSKIP_SKIP);
-  tracker().skipped(FSDPSKIP_NORMAL, param);
-  EXPECT_TRUE(tracker().is_pending(storage(param)));
-  EXPECT_EQ(memory[0], 5.0f) << "CPU memory of another allocator is left as it is";
-  EXPECT_EQ(tracker().stats()[Counter::bytes_left_unzeroed], 4096 * sizeof(float));
+  EXPECT_EQ(tracker().decide_init(FSDPSKIP_NORMAL, param), FSDPSKIP_RUN);
+  EXPECT_FALSE(tracker().is_pending(storage(param)));
   param = at::Tensor();  // the storage ends: its own deleter runs
   EXPECT_EQ(deleted, 1);
-  Stats stats = tracker().stats();  // sees the end
-  EXPECT_EQ(stats[Counter::resolved_by_free], 1u);
+  tracker().stats();  // sees the end
   EXPECT_TRUE(tracker().pending().empty());
 }
 
 TEST(Tracker, FreeResolvesAndShutdownFreesStayPending) {
+  tracker();
   {
-    at::Tensor replaced = torch::empty({32});
+    at::Tensor replaced = torch::empty({kOwned});
     ASSERT_TRUE(tracker().tag(storage(replaced)));
-    tracker().skipped(FSDPSKIP_NORMAL, replaced);
+    skip_fill(replaced, 1.0);
   }
   EXPECT_EQ(tracker().stats()[Counter::resolved_by_free], 1u);
-  at::Tensor* kept = new at::Tensor(torch::empty({8, 4}));
+  at::Tensor* kept = new at::Tensor(torch::empty({8, 4096}));
   ASSERT_TRUE(tracker().tag(storage(*kept)));
-  tracker().skipped(FSDPSKIP_FILL, *kept);
+  c10::Scalar one(1.0);
+  fsdpskip_call_arguments arguments = {0, 0, &one, true};
+  ASSERT_TRUE(tracker().skipped(FSDPSKIP_FILL, *kept, nullptr, &arguments));
   tracker().begin_shutdown();
   delete kept;
   std::vector<SkipSite> pending = tracker().pending();
   ASSERT_EQ(pending.size(), 1u);
-  EXPECT_EQ(pending[0].shape, "8x4");
-  EXPECT_EQ(pending[0].bytes, 128u);
+  EXPECT_EQ(pending[0].shape, "8x4096");
+  EXPECT_EQ(pending[0].bytes, 131072u);
   EXPECT_EQ(pending[0].first_kernel, FSDPSKIP_FILL);
   EXPECT_GT(pending[0].stack.native_depth, 0);
 }
 
 TEST(Tracker, PendingStoragesAreListedInTheOrderTheyWereSkipped) {
+  tracker();
   // stderr names the first 20 (preload/log.cc): the same ones, run after run.
   std::vector<at::Tensor> params;
   for (int64_t n = 64; n > 0; --n) {
-    params.push_back(torch::empty({n, 2}));
+    params.push_back(torch::empty({n, kOwned}));
     ASSERT_TRUE(tracker().tag(storage(params.back())));
-    tracker().skipped(FSDPSKIP_NORMAL, params.back());
+    skip_fill(params.back(), 1.0);
   }
   std::vector<SkipSite> pending = tracker().pending();
   ASSERT_EQ(pending.size(), params.size());
-  for (size_t i = 0; i < pending.size(); ++i) EXPECT_EQ(pending[i].shape, std::to_string(64 - i) + "x2") << i;
+  for (size_t i = 0; i < pending.size(); ++i)
+    EXPECT_EQ(pending[i].shape, std::to_string(64 - i) + "x" + std::to_string(kOwned)) << i;
 }
 
-TEST(Tracker, ConversionOfSkippedStorageIsSkippedAndStaysSkipped) {
-  at::Tensor param = torch::empty({64});
+TEST(Tracker, ConversionOfSkippedStorageIsSkippedAndMaterializesAsTheConversion) {
+  tracker();
+  at::Tensor param = torch::empty({2 * kOwned});
   ASSERT_TRUE(tracker().tag(storage(param)));
-  tracker().skipped(FSDPSKIP_NORMAL, param);
-  at::Tensor half = torch::empty({64}, torch::kHalf);
+  skip_fill(param, 3.0);
+  at::Tensor half = torch::empty({2 * kOwned}, torch::kHalf);
   ASSERT_EQ(tracker().decide_copy(half, param), FSDPSKIP_SKIP);
-  tracker().skipped(FSDPSKIP_COPY, half);
+  fsdpskip_call_arguments arguments = {0, 0, &param, false};
+  ASSERT_TRUE(tracker().skipped(FSDPSKIP_COPY, half, nullptr, &arguments));
   EXPECT_TRUE(tracker().is_pending(storage(half)));
-  EXPECT_EQ(half.abs().sum().item<float>(), 0.0f);
+  EXPECT_TRUE(tracker().is_pending(storage(param))) << "a conversion reads nothing";
+  tracker().materialize(half, "a test");
+  EXPECT_TRUE(half.eq(3.0).all().item<bool>());
+  EXPECT_TRUE(tracker().is_pending(storage(param)));
 }
 
 TEST(Tracker, ConcurrentTagSkipFreeFromManyThreads) {
+  tracker();
   std::atomic<int> skips{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&] {
       for (int i = 0; i < 500; ++i) {
-        at::Tensor param = torch::empty({128});
+        at::Tensor param = torch::empty({kOwned});
         if (!tracker().tag(storage(param))) continue;
         if (tracker().decide_init(FSDPSKIP_NORMAL, param) == FSDPSKIP_SKIP) {
           tracker().skipped(FSDPSKIP_NORMAL, param);
@@ -414,6 +459,7 @@ int child_status(pid_t child) {
 }
 
 TEST(Tracker, ForkedChildCanUseTheTableWhileParentThreadsHeldIt) {
+  tracker();
   // Started before any thread exists, as fsdpskip_plugin_load does: a fork
   // while the busy thread was still inside tracker()'s first call left the
   // child waiting forever on that static's guard (a CI run hung here).
