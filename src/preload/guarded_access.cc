@@ -67,8 +67,10 @@ void call_chained(int signal_number, siginfo_t* info, void* context) {
   bool takes_info = next.sa_flags & SA_SIGINFO;
   if ((takes_info && next.sa_sigaction != nullptr) ||
       (!takes_info && next.sa_handler != SIG_DFL && next.sa_handler != SIG_IGN)) {
-    sigset_t previous;
-    pthread_sigmask(SIG_BLOCK, &next.sa_mask, &previous);
+    // As the kernel would: its mask, and the signal itself unless SA_NODEFER.
+    sigset_t blocked = next.sa_mask, previous;
+    if (!(next.sa_flags & SA_NODEFER)) sigaddset(&blocked, signal_number);
+    pthread_sigmask(SIG_BLOCK, &blocked, &previous);
     if (takes_info) next.sa_sigaction(signal_number, info, context);
     else next.sa_handler(signal_number);
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
@@ -101,6 +103,13 @@ void on_fault(int signal_number, siginfo_t* info, void* context) {
 inline const fsdpskip_plugin* guarding() {
   const fsdpskip_plugin* plugin = g_guarding.load(std::memory_order_relaxed);
   return plugin != nullptr && plugin->guarded_count() != 0 ? plugin : nullptr;
+}
+
+// size * count, or all of memory from there when that overflows (fread's
+// and fwrite's bytes: libc reports the overflow itself).
+inline size_t product(size_t size, size_t count) {
+  size_t bytes;
+  return __builtin_mul_overflow(size, count, &bytes) ? SIZE_MAX : bytes;
 }
 
 // What a memory call touches, given its values first.
@@ -138,6 +147,8 @@ void guard_faults(const fsdpskip_plugin* plugin) {
   int installed = libc_sigaction(SIGSEGV, &ours, &g_chained);
   if (installed == 0) g_guarding.store(plugin, std::memory_order_release);
   pthread_mutex_unlock(&g_chained_lock);
+  // A child forked while another thread held the lock must not wait on it.
+  pthread_atfork(nullptr, nullptr, [] { pthread_mutex_init(&g_chained_lock, nullptr); });
 }
 
 }  // namespace fsdpskip
@@ -149,18 +160,23 @@ extern "C" __attribute__((visibility("default"))) int sigaction(int signal_numbe
                                                                  struct sigaction* old_action) {
   using namespace fsdpskip;
   Sigaction libc_sigaction = libc_next("sigaction", &g_libc_sigaction);
-  if (signal_number != SIGSEGV || g_guarding.load(std::memory_order_acquire) == nullptr) {
-    if (libc_sigaction == nullptr) {
-      errno = ENOSYS;
-      return -1;
-    }
-    return libc_sigaction(signal_number, action, old_action);
+  if (libc_sigaction == nullptr) {
+    errno = ENOSYS;
+    return -1;
   }
+  if (signal_number != SIGSEGV) return libc_sigaction(signal_number, action, old_action);
+  // Under the lock guard_faults installs under: a change racing the
+  // installation lands either before it (and is chained) or after it.
   pthread_mutex_lock(&g_chained_lock);
-  if (old_action != nullptr) *old_action = g_chained;
-  if (action != nullptr) g_chained = *action;
+  int result = 0;
+  if (g_guarding.load(std::memory_order_acquire) == nullptr) {
+    result = libc_sigaction(signal_number, action, old_action);
+  } else {
+    if (old_action != nullptr) *old_action = g_chained;
+    if (action != nullptr) g_chained = *action;
+  }
   pthread_mutex_unlock(&g_chained_lock);
-  return 0;
+  return result;
 }
 
 extern "C" __attribute__((visibility("default"))) sighandler_t signal(int signal_number, sighandler_t handler) {
@@ -198,9 +214,9 @@ extern "C" __attribute__((visibility("default"))) sighandler_t signal(int signal
       }(touches);                                                                        \
     }                                                                                    \
     auto fn = libc_next(#name, &g_##name);                                                    \
-    if (fn == nullptr) {                                                                 \
+    if (fn == nullptr) { /* an error: -1 from a system call, 0 items from stdio */     \
       errno = ENOSYS;                                                                    \
-      return static_cast<result>(-1);                                                    \
+      return static_cast<result>(-1) < 0 ? static_cast<result>(-1) : 0;                 \
     }                                                                                    \
     return fn arguments;                                                                 \
   }

@@ -89,10 +89,11 @@ void load_once() {
   // A decision made while the plugin loaded did not reach it: hand it the
   // current one, then publish it so later decisions do.
   pthread_mutex_lock(&g_policy_lock);
+  // Faults are answered before any skip can guard a page.
+  guard_faults(plugin);
   plugin->policy_changed(false);
   g_plugin.store(plugin, std::memory_order_release);
   pthread_mutex_unlock(&g_policy_lock);
-  guard_faults(plugin);
 }
 
 // The fork handler that keeps a child from inheriting the policy lock held

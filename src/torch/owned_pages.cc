@@ -1,6 +1,7 @@
 #include "owned_pages.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <cstring>
@@ -49,6 +50,7 @@ c10::DataPtr OwnedPages::allocate(size_t bytes) const {
     mapping = new Mapping{static_cast<char*>(base), length};
     std::lock_guard<std::mutex> lock(self->mutex_);
     self->by_address_.emplace(reinterpret_cast<uintptr_t>(base), mapping);
+    self->live_.insert(mapping);
   } catch (...) {
     munmap(base, length);
     throw;
@@ -85,6 +87,7 @@ void OwnedPages::release(void* context) {
     std::lock_guard<std::mutex> lock(pages.mutex_);
     pages.set_guarded_locked(mapping, false);
     pages.by_address_.erase(reinterpret_cast<uintptr_t>(mapping->base));
+    pages.live_.erase(mapping);
   }
   munmap(mapping->base, mapping->length);
   pages.mappings_.fetch_sub(1, std::memory_order_relaxed);
@@ -108,10 +111,16 @@ bool OwnedPages::guard(void* context) {
   return true;
 }
 
+bool OwnedPages::guarded(void* context) {
+  auto* mapping = static_cast<Mapping*>(context);
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_locked(mapping) && mapping->guarded;
+}
+
 void OwnedPages::unguard(void* context) {
   auto* mapping = static_cast<Mapping*>(context);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!mapping->guarded) return;
+  if (!live_locked(mapping) || !mapping->guarded) return;
   // Cannot fail: the range is one mapping of ours, given back the access it was made with.
   mprotect(mapping->base, mapping->length, PROT_READ | PROT_WRITE);
   set_guarded_locked(mapping, false);
@@ -127,6 +136,7 @@ void* OwnedPages::scratch_pages(void* context) {
 bool OwnedPages::replace_guarded(void* context, void* pages) {
   auto* mapping = static_cast<Mapping*>(context);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!live_locked(mapping) || !mapping->guarded) return false;
   // mremap moves the scratch pages over the guarded ones, unmapping those,
   // atomically for every other thread.
   if (mremap(pages, mapping->length, mapping->length, MREMAP_MAYMOVE | MREMAP_FIXED, mapping->base) == MAP_FAILED)
@@ -148,8 +158,17 @@ void* OwnedPages::mapping_at(const void* address, bool* guarded) {
 
 void* OwnedPages::guarded_in(const void* address, size_t bytes) {
   if (guarded_count() == 0) return nullptr;
-  auto begin = reinterpret_cast<uintptr_t>(address), end = begin + (bytes ? bytes : 1);
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto begin = reinterpret_cast<uintptr_t>(address), end = begin;
+  if (__builtin_add_overflow(begin, bytes ? bytes : 1, &end)) end = UINTPTR_MAX;
+  // Asked by system calls, which a signal handler may make (CPython writes
+  // its wakeup fd from one) on a thread that holds this lock: it is not
+  // waited for forever. A buffer of a handler's is never a storage.
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  for (int tries = 0; !lock.owns_lock() && tries < 10000; ++tries) {
+    sched_yield();
+    lock.try_lock();
+  }
+  if (!lock.owns_lock()) return nullptr;
   // From the last mapping that starts at or before `begin` (mappings never
   // overlap) to the last one that starts before `end`.
   auto it = by_address_.upper_bound(begin);

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <unordered_set>
 
 namespace fsdpskip {
 
@@ -67,13 +68,15 @@ class OwnedPages final : public c10::Allocator {
   // False when the kernel refused (the map count): nothing is protected.
   bool guard(void* context);
   // Makes a guarded mapping's pages accessible again (they read as zeros
-  // until written). Nothing when it is not guarded.
+  // until written). Nothing when it is not guarded, or no longer exists.
   void unguard(void* context);
+  // Whether `context` is a mapping that exists and is guarded now.
+  bool guarded(void* context);
   // Replaces a guarded mapping's pages, in one step, with `pages` (a
   // mapping of the same length from scratch_pages(), which is gone after),
   // and unguards it: a thread that touches it meanwhile either faults and
-  // waits, or sees every value. False when the kernel refused: then nothing
-  // changed.
+  // waits, or sees every value. False when it is not guarded (any more) or
+  // the kernel refused: then nothing changed.
   bool replace_guarded(void* context, void* pages);
   // Fresh readable and writable pages as long as the mapping, for
   // replace_guarded; nullptr when the kernel refused.
@@ -104,6 +107,10 @@ class OwnedPages final : public c10::Allocator {
   std::atomic<bool> installed_{false};
   std::mutex mutex_;
   std::map<uintptr_t, Mapping*> by_address_;  // every mapping, by its first byte
+  // Every mapping, asked before a context is dereferenced: one handed out
+  // before its storage was freed may be stale.
+  std::unordered_set<const Mapping*> live_;
+  bool live_locked(Mapping* mapping) const { return live_.count(mapping) != 0; }
   std::atomic<size_t> guarded_count_{0};
   std::atomic<size_t> mappings_{0};
 };

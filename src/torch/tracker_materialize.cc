@@ -42,8 +42,15 @@ bool Tracker::touched(const void* address, size_t bytes, bool fault, const char*
     bool guarded = false;
     void* context = pages.mapping_at(address, &guarded);
     if (context == nullptr) return false;
+    // A fault on one of its mappings that is not guarded: another thread
+    // materialized it meanwhile, and the access may be retried; the same
+    // address faulting again and again is not fsdpskip's to answer.
+    thread_local const void* last_fault = nullptr;
+    thread_local int repeats = 0;
+    repeats = address == last_fault ? repeats + 1 : 0;
+    last_fault = address;
     if (guarded) materialize_context(context, access);
-    return true;
+    return guarded || repeats < 3;
   }
   // Each guarded mapping the range overlaps, one at a time; a mapping that
   // stayed guarded (a stop already said why) ends the walk.
@@ -82,9 +89,11 @@ void Tracker::materialize_context(void* context, const char* access) {
   }
   // The recipe is replayed into scratch pages, which then replace the
   // guarded ones in one step: another thread that touches the storage
-  // meanwhile faults and waits above, and never sees it half written.
+  // meanwhile faults and waits above, and never sees it half written. A
+  // storage that is not guarded (its guard refused, or audit mode, where
+  // nothing was skipped) is replayed in place: nobody waits on it.
   size_t length = OwnedPages::length_of(context);
-  void* scratch = pages.scratch_pages(context);
+  void* scratch = pages.guarded(context) ? pages.scratch_pages(context) : nullptr;
   try {
     if (scratch == nullptr) {
       pages.unguard(context);

@@ -51,34 +51,47 @@ bool Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, Skipp
                            uint64_t draws) {
   c10::StorageImpl* storage = storage_of(self);
   if (storage == nullptr) return false;
-  bool first = false;
-  void* context = nullptr;
+  bool first = false, guarded = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Record* record = find_locked(storage);
-    // Its record went between the verdict and now (the policy changed on
-    // another thread): the kernel runs after all.
-    if (record == nullptr || record->role != Role::kParameter || !owned_locked(*record, storage)) return false;
-    // What may fail comes before anything is committed: then the kernel runs on self.
-    if (copy_source != nullptr && unreplayable == nullptr)
-      unreplayable = describe_copy_source_locked(*copy_source, call);
-    // A call that writes the whole storage makes every earlier one moot:
-    // a storage re-initialised in a loop keeps one call.
-    if (unreplayable == nullptr && covers_storage(self, record->storage)) record->calls.clear();
-    if (unreplayable == nullptr && record->calls.size() == record->calls.capacity())
-      record->calls.reserve(std::max<size_t>(2, 2 * record->calls.size()));
-    if (generator) generators_.reserve();
-    first = mark_skipped_locked(*record, kernel, self);
-    if (generator) generators_.record(*generator, draws, call);
-    if (unreplayable == nullptr) record->calls.push_back(std::move(call));
-    else mark_unreplayable_locked(*record, unreplayable);
-    context = record->context;
-    ++stats_.calls[kernel];
+    // The call is committed and the pages guarded as one step against a
+    // materialization on another thread, which would otherwise finish
+    // between them and have its values released.
+    std::lock_guard<std::mutex> one_at_a_time(materializing_);
+    void* context = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      Record* record = find_locked(storage);
+      // Its record went between the verdict and now (the policy changed on
+      // another thread): the kernel runs after all.
+      if (record == nullptr || record->role != Role::kParameter || !owned_locked(*record, storage)) return false;
+      if (copy_source != nullptr && unreplayable == nullptr)
+        unreplayable = describe_copy_source_locked(*copy_source, call);
+      // A call that cannot be replayed is not skipped: the kernel runs (on
+      // a pending storage, materialized first by the fault it takes).
+      if (unreplayable != nullptr) return false;
+      bool whole = covers_storage(self, record->storage);
+      // A pending storage's values are its calls replayed over zeros. A
+      // first skip that writes a part of the storage keeps that true only
+      // when nothing else was written there (no page of it in memory).
+      if (!record->skipped && !whole && any_page_resident(compat::data_ptr(*storage).get(), storage->nbytes()))
+        return false;
+      // A call that writes the whole storage makes every earlier one moot:
+      // a storage re-initialised in a loop keeps one call.
+      if (whole) record->calls.clear();
+      if (record->calls.size() == record->calls.capacity())
+        record->calls.reserve(std::max<size_t>(2, 2 * record->calls.size()));
+      if (generator) generators_.reserve();
+      first = mark_skipped_locked(*record, kernel, self);
+      if (generator) generators_.record(*generator, draws, call);
+      record->calls.push_back(std::move(call));
+      context = record->context;
+      ++stats_.calls[kernel];
+    }
+    // Its values are its recipe now; its pages are released and guarded, so
+    // that anything that touches them has it materialized first.
+    guarded = OwnedPages::instance().guard(context);
   }
-  // Its values are its recipe now; its pages are released and guarded, so
-  // that anything that touches them has it materialized first. Where the
-  // kernel refuses the guard (the map count), it is materialized at once.
-  bool guarded = OwnedPages::instance().guard(context);
+  // Where the kernel refused the guard (the map count), it is materialized at once.
   if (!guarded) materialize(self, "a guard the kernel refused (vm.max_map_count)");
   if (first) record_skip_stack(storage);
   if (first && guarded) {

@@ -312,11 +312,11 @@ def reuse():
     """A freed parameter's address, handed out again, is a stranger."""
     warm = nn.Parameter(torch.empty(8))
     n = 16 << 20  # 64 MiB: mmap, the kernel hands the range back
-    p = nn.Parameter(torch.empty(n))
-    address = p.data_ptr()
-    keep = []  # made before the free: a Python arena mapped after it could take the freed range
-    del p
-    for _ in range(100):
+    keep = []  # misses stay mapped, so that a later round finds another range
+    for _ in range(20):  # a mapping made between the free and the next may take the range: try again
+        p = nn.Parameter(torch.empty(n))
+        address = p.data_ptr()
+        del p
         t = torch.empty(n)
         if t.data_ptr() == address:
             t.normal_()

@@ -428,9 +428,10 @@ TEST(Tracker, ConcurrentTagSkipFreeFromManyThreads) {
       for (int i = 0; i < 500; ++i) {
         at::Tensor param = torch::empty({kOwned});
         if (!tracker().tag(storage(param))) continue;
-        if (tracker().decide_init(FSDPSKIP_NORMAL, param) == FSDPSKIP_SKIP) {
-          tracker().skipped(FSDPSKIP_NORMAL, param);
-          ++skips;
+        if (tracker().decide_init(FSDPSKIP_FILL, param) == FSDPSKIP_SKIP) {
+          c10::Scalar one(1.0);
+          fsdpskip_call_arguments arguments = {0, 0, &one, true};
+          if (tracker().skipped(FSDPSKIP_FILL, param, nullptr, &arguments)) ++skips;
         }
       }
     });
