@@ -16,6 +16,17 @@ import torch.distributed as dist
 import torch.nn as nn
 
 
+# Every tensor given to a collective, held until the group is destroyed:
+# torch 2.6's gloo worker can otherwise drop the last reference to one while
+# destroy_process_group holds the GIL and joins it, and hang (docs/limits.md).
+HELD = []
+
+
+def given(tensor):
+    HELD.append(tensor)
+    return tensor
+
+
 def digest(tensors):
     hashed = hashlib.sha1()
     for tensor in tensors:
@@ -34,14 +45,14 @@ def group_of_one(rank):
     m = model()
     groups = [dist.new_group([0]), dist.new_group([1])]
     for p in m.parameters():
-        dist.broadcast(p.data, src=rank, group=groups[rank])
+        dist.broadcast(given(p.data), src=rank, group=groups[rank])
     return list(m.parameters())
 
 
 def ddp_of_one(rank):
     m = model()
     groups = [dist.new_group([0]), dist.new_group([1])]
-    ddp = nn.parallel.DistributedDataParallel(m, process_group=groups[rank])
+    ddp = given(nn.parallel.DistributedDataParallel(m, process_group=groups[rank]))
     ddp(torch.randn(4, 256)).sum().backward()
     torch.optim.SGD(m.parameters(), lr=0.1).step()
     return list(m.parameters())
@@ -50,7 +61,7 @@ def ddp_of_one(rank):
 def channels_last(rank):
     """timm's --channels-last under DDP: the sync writes strided storages."""
     m = nn.Conv2d(64, 64, 3).to(memory_format=torch.channels_last)
-    ddp = nn.parallel.DistributedDataParallel(m)
+    ddp = given(nn.parallel.DistributedDataParallel(m))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     x = torch.randn(2, 64, 8, 8).to(memory_format=torch.channels_last)
     ddp(x).sum().backward()
@@ -63,9 +74,9 @@ def recv_then_steps(rank):
     m = model()
     for p in m.parameters():
         if rank == 0:
-            dist.send(p.data, 1)
+            dist.send(given(p.data), 1)
         else:
-            dist.recv(p.data, 0)
+            dist.recv(given(p.data), 0)
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     for _ in range(2):
         m(torch.randn(4, 256)).sum().backward()
@@ -90,21 +101,21 @@ def ema_before_sync(rank):
     ema = [p.detach() * 1.0 for p in m.parameters()]
     anchor = torch.nn.utils.parameters_to_vector(m.parameters()).detach()
     for p in m.parameters():
-        dist.broadcast(p.data, src=0)
+        dist.broadcast(given(p.data), src=0)
     return ema + [anchor] + list(m.parameters())
 
 
 def all_gather_while_loading(rank):
     m = model()
     gathered = [torch.empty_like(m[0].weight) for _ in range(2)]
-    dist.all_gather(gathered, m[0].weight.data)
+    dist.all_gather(given(gathered), given(m[0].weight.data))
     return gathered
 
 
 def gather_while_loading(rank):
     m = model()
     gathered = [torch.empty_like(m[0].weight) for _ in range(2)] if rank == 0 else None
-    dist.gather(m[0].weight.data, gathered, dst=0)
+    dist.gather(given(m[0].weight.data), given(gathered), dst=0)
     return gathered or [m[0].weight]
 
 
@@ -112,7 +123,7 @@ def all_reduce_sync(rank):
     """Parameters synced by all_reduce and a division."""
     m = model()
     for p in m.parameters():
-        dist.all_reduce(p.data)
+        dist.all_reduce(given(p.data))
         p.data /= 2
     return list(m.parameters())
 
@@ -131,7 +142,7 @@ def source_written_by_others(rank):
         short[:8].normal_()
     params = [eye, sparse, short]
     for p in params:
-        dist.broadcast(p.data, src=1)
+        dist.broadcast(given(p.data), src=1)
     return params
 
 
@@ -141,7 +152,7 @@ def randperm_between(rank):
     nn.init.normal_(p)
     perm = torch.randperm(1000)
     draws = torch.randint(0, 100, (16,)).float()
-    dist.broadcast(p.data, src=0)
+    dist.broadcast(given(p.data), src=0)
     return [p, perm.float(), draws]
 
 
@@ -152,7 +163,7 @@ def numpy_and_buffers(rank):
             torch.frombuffer(bytearray(memoryview(m[1].weight.detach().numpy())), dtype=torch.float32),
             m[0].weight.detach().t()[3].clone()]
     for p in m.parameters():
-        dist.broadcast(p.data, src=0)
+        dist.broadcast(given(p.data), src=0)
     return seen + list(m.parameters())
 
 
@@ -163,7 +174,7 @@ def save_before_sync(rank, out):
     with open(path, "rb") as f:  # written by the kernel from the storage's pages
         raw = np.frombuffer(f.read(), dtype=np.uint8)
     for p in m.parameters():
-        dist.broadcast(p.data, src=0)
+        dist.broadcast(given(p.data), src=0)
     return list(torch.load(path).values()) + [torch.from_numpy(raw.astype(np.float32))]
 
 
@@ -171,12 +182,12 @@ def share_memory_before_sync(rank):
     m = model()
     m.share_memory()
     for p in m.parameters():
-        dist.broadcast(p.data, src=0)
+        dist.broadcast(given(p.data), src=0)
     return list(m.parameters())
 
 
 VARIANTS = {name: fn for name, fn in globals().items() if callable(fn) and name not in
-            ("digest", "model", "main", "argparse", "hashlib", "json", "os")}
+            ("digest", "given", "model", "main", "argparse", "hashlib", "json", "os")}
 
 
 def main():
