@@ -144,10 +144,9 @@ def test_a_never_synced_transformers_model_names_its_modeling_lines(tmp_path):
     assert report["pending_count"] == len(report["pending"]) > 0
     stacks = [python_frames(pending["stack"]) for pending in report["pending"]]
     # Each storage is named by transformers' code: a module's __init__
-    # (torch's reset_parameters under it) or the _init_weights pass.
+    # (torch's reset_parameters under it), where each is first skipped
+    # (the norms' weights, under a page, are not skipped).
     assert all(any("/transformers/" in frame for frame in frames) for frames in stacks), stacks
-    assert any(any("/transformers/" in frame and frame.endswith(" in _init_weights") for frame in frames)
-               for frames in stacks), stacks
     assert any(frames[-1] == "%s:4 in <module>" % path for frames in stacks), stacks
     assert any("skipped at modeling_llama.py:" in line for line in lines), lines
 
