@@ -135,7 +135,9 @@ TEST(Tracker, SkipReleasesAndGuardsPagesAndAnyTouchMaterializes) {
   ASSERT_GT(pages, 4000u);
   ASSERT_TRUE(tracker().tag(storage(param)));
   skip_fill(param, 7.0);
+#ifndef FSDPSKIP_EMULATED  // qemu-user's mincore refuses a range the guest protected (-1); the kernel's answers
   EXPECT_EQ(resident_pages(param), 0u) << "every page is the storage's own, and released";
+#endif
   Stats stats = tracker().stats();
   EXPECT_EQ(stats.calls[FSDPSKIP_FILL], 1u);
   EXPECT_EQ(stats[Counter::storages_skipped], 1u);
