@@ -204,10 +204,6 @@ bool Tracker::owned_locked(const Record& record, c10::StorageImpl* storage) cons
   return !record.watched && OwnedPages::owns(record.original_deleter) && storage->device_type() == c10::DeviceType::CPU;
 }
 
-void Tracker::mark_unreplayable_locked(Record& record, const char* why) {
-  if (record.role == Role::kParameter && record.skipped && record.unreplayable == nullptr) record.unreplayable = why;
-}
-
 bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self) {
   if (record.skipped) return false;
   // The site is made (it allocates) before anything is committed.

@@ -238,7 +238,6 @@ class Tracker {
   // A skipped copy's source: what its storage skipped so far and where the
   // source lies in it; or why it cannot be replayed.
   const char* describe_copy_source_locked(const at::Tensor& src, SkippedCall& call);
-  void mark_unreplayable_locked(Record& record, const char* why);
   // A skipped storage given its values and about to be sent: no longer pending.
   void sent_locked(Record& record);
   // Gives the pending records among `storages` their values (their calls
@@ -262,7 +261,6 @@ class Tracker {
   bool lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, bool loading_now) const;
   // zeroes: the call writes all-zero bytes (zero_, fill_ with +0).
   fsdpskip_verdict decide_init_untraced(const at::Tensor& self, bool zeroes);
-  fsdpskip_verdict decide_copy_untraced(const at::Tensor& dst, const at::Tensor& src);
   // One line through say_ (FSDPSKIP_LOG=debug: tags and skips; trace: every decision).
   void log(fsdpskip_message kind, const char* what, const c10::StorageImpl* storage);
   fsdpskip_verdict traced(fsdpskip_kernel kernel, const at::Tensor& tensor, fsdpskip_verdict verdict);

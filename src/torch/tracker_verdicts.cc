@@ -96,10 +96,6 @@ fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zero
 }
 
 fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& src) {
-  return decide_copy_untraced(dst, src);
-}
-
-fsdpskip_verdict Tracker::decide_copy_untraced(const at::Tensor& dst, const at::Tensor& src) {
   bool loading_now = loading() && enabled();
   if (pending_.load() == 0 || running_own_kernels())
     return traced(FSDPSKIP_COPY, dst, tracked_.load() != 0 && loading_now ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
