@@ -60,17 +60,6 @@ std::string demangled(const char* mangled) {
   return status == 0 ? name.get() : mangled;
 }
 
-// The kernels whose rows only make a skipped storage's comparisons faster
-// (trunc_normal_'s rejection test from torch 2.12 on).
-bool answers_from_zeros(fsdpskip_kernel kernel) {
-  switch (kernel) {
-    case FSDPSKIP_LT: case FSDPSKIP_LE: case FSDPSKIP_GT: case FSDPSKIP_GE: case FSDPSKIP_OR: case FSDPSKIP_ANY:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Rows that differ only in how optional<Generator> is mangled are one
 // function in two releases: exactly one of them exists in any torch.
 std::string family(const std::string& id) {
@@ -156,12 +145,11 @@ std::string check_symbols(const Torch& torch, const LibraryFacts& facts, std::ve
       auto other = present_in_family.find(family(row.id));
       if (other != present_in_family.end())
         checks->push_back({name, Status::kNotApplicable, "this release has the other mangling (" + other->second + ")"});
-      else if (row.kernel == FSDPSKIP_CHAIN)
+      else if (fsdpskip_role_of(row.kernel) == FSDPSKIP_ROLE_STEP)
         checks->push_back({name, Status::kNotApplicable, "not in this release (trunc_normal_ does not use it)"});
-      else if (answers_from_zeros(row.kernel))
+      else if (fsdpskip_role_of(row.kernel) == FSDPSKIP_ROLE_READ)
         checks->push_back({name, Status::kNotApplicable,
-                           "not in this release: comparisons of skipped storages run as ever (they are only faster "
-                           "with it)"});
+                           "not in this release: a skipped storage it reads is materialized at the read's fault"});
       else
         checks->push_back({name, Status::kFail, std::string("not exported by ") + library_prefix(row.library) +
                                                     ": this torch is not supported (hooks.def has no row for it)"});

@@ -115,22 +115,27 @@ def main():
                expected=lambda: source.detach().double())
 
     # trunc_normal_: up to torch 2.11 uniform_ then erfinv_, mul_, add_, clamp_
-    # in place (the chain); from 2.12 normal_ then rejection sampling. Either
-    # way its later steps read what it drew, so the storage is materialized
-    # there and they run: its values are exactly the ones without fsdpskip.
+    # in place (the chain), each skipped and joined to the recipe; from 2.12
+    # normal_ then rejection sampling, whose test reads what it drew: the
+    # storage is materialized there and the test runs. Either way, read, it
+    # holds exactly the values without fsdpskip.
     is_chain = "erfinv" in inspect.getsource(torch.nn.init._no_grad_trunc_normal_)
     kept.append(placeholder())
     state = torch.get_rng_state()
     truncate = lambda t: torch.nn.init.trunc_normal_(t, std=0.02)  # noqa: E731
     _, error, lines = captured(lambda: truncate(kept[-1]))
     same = error is None and torch.equal(kept[-1].detach(), without_fsdpskip(truncate, state))
-    report("trunc_normal_", same, "raised %s" % error if error else "as without fsdpskip (materialized before its "
-           "later steps)" if same else "values differ")
-    steps = "its steps read what it drew: they run on the materialized values (nothing saved)"
-    report_not_applicable("chain (erfinv_, mul_, add_, clamp_)",
-                          steps if is_chain else "not used by this torch's trunc_normal_")
-    report_not_applicable("comparisons (lt, gt, bitwise_or, any)",
-                          "this torch's trunc_normal_ is the chain" if is_chain else steps)
+    report("trunc_normal_", same, "raised %s" % error if error else "as without fsdpskip" if same else "values differ")
+    if is_chain:
+        steps = ("erfinv_", "mul_", "add_", "clamp_")
+        unfired = [step for step in steps if not any(("%s -> skip" % step) in line for line in lines)]
+        report("chain (erfinv_, mul_, add_, clamp_)", same and not unfired,
+               "skipped, joined to uniform_'s recipe" if not unfired else "not skipped: " + ", ".join(unfired))
+        report_not_applicable("comparisons (lt, gt, bitwise_or, any)", "this torch's trunc_normal_ is the chain")
+    else:
+        report_not_applicable("chain (erfinv_, mul_, add_, clamp_)", "not used by this torch's trunc_normal_")
+        report_not_applicable("comparisons (lt, gt, bitwise_or, any)",
+                              "its rejection test reads what it drew: materialized there (nothing saved)")
 
     # torch's own argument checks still raise on a skipped call.
     kept.append(placeholder())

@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 13  // 13: touched (guarded pages)
+#define FSDPSKIP_PLUGIN_ABI 14  // 14: a chain step is a kernel of its own, with its operands
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=" and this number), so a plugin
@@ -43,11 +43,36 @@ extern "C" {
 // ABI); the hook table maps symbols to them.
 typedef enum fsdpskip_kernel {
   FSDPSKIP_NO_KERNEL = -1,  // a hook-table row that only notifies (hooks.def); never passed to the plugin
-#define KERNEL(id, name) FSDPSKIP_##id,
+#define KERNEL(id, name, role) FSDPSKIP_##id,
 #include "kernels.def"
 #undef KERNEL
   FSDPSKIP_KERNEL_COUNT
 } fsdpskip_kernel;
+
+// What a kernel's call on a skipped storage means (kernels.def's role).
+typedef enum fsdpskip_kernel_role {
+  FSDPSKIP_ROLE_NONE,  // FSDPSKIP_NO_KERNEL
+  FSDPSKIP_ROLE_INIT,
+  FSDPSKIP_ROLE_STEP,
+  FSDPSKIP_ROLE_READ
+} fsdpskip_kernel_role;
+
+#ifdef __cplusplus
+constexpr
+#else
+static inline
+#endif
+fsdpskip_kernel_role fsdpskip_role_of(fsdpskip_kernel kernel) {
+  switch (kernel) {
+#define KERNEL(id, name, role) \
+  case FSDPSKIP_##id:          \
+    return FSDPSKIP_ROLE_##role;
+#include "kernels.def"
+#undef KERNEL
+    default:
+      return FSDPSKIP_ROLE_NONE;
+  }
+}
 
 typedef enum fsdpskip_mode { FSDPSKIP_MODE_ON = 1, FSDPSKIP_MODE_AUDIT = 2 } fsdpskip_mode;
 
@@ -101,6 +126,11 @@ typedef struct fsdpskip_call_arguments {
   // at::Tensor*); copy_'s source (an at::Tensor*); else NULL
   const void* value;
   bool scalar;
+  // A chain step's structured impl's arguments before out: its self
+  // (at::Tensor*), then mul_'s other (at::Tensor*); add_'s other
+  // (at::Tensor*) and alpha (c10::Scalar*); clamp_'s min and max
+  // (c10::Scalar*, NULL when absent).
+  const void* operands[3];
 } fsdpskip_call_arguments;
 
 // The preload's current decision. The preload owns it and rewrites it under
@@ -141,9 +171,12 @@ typedef struct fsdpskip_plugin {
   // during loading (a conversion stays skipped); RUN_NOTIFY when the copy may
   // resolve dst; else RUN.
   fsdpskip_verdict (*decide_copy)(void* dst, const void* src);
-  // A structured kernel's impl writing `out` from `self` (at::Tensor*): the
-  // later steps of an init chain on a skipped storage are SKIP.
-  fsdpskip_verdict (*decide_chain)(const void* self, const void* out);
+  // A chain step (a kernel of role STEP: its structured impl, writing `out`
+  // from `self`, at::Tensor*, `arguments` holding its operands): SKIP when
+  // it rewrites a skipped storage in place while loading, with scalar
+  // operands; else RUN, after what it reads and writes is materialized.
+  fsdpskip_verdict (*decide_chain)(fsdpskip_kernel kernel, const void* self, const void* out,
+                                   const fsdpskip_call_arguments* arguments);
   // Before a comparison with a scalar, `|` or any() (structured impl:
   // kernel FSDPSKIP_LT/LE/GT/GE with `other` a c10::Scalar*, FSDPSKIP_OR
   // with `other` an at::Tensor*, FSDPSKIP_ANY with `other` NULL) reads
@@ -163,11 +196,11 @@ typedef struct fsdpskip_plugin {
   // argument it is given, which skipped() and a run on self still need. NULL
   // when it cannot be made: the interposer then runs the kernel on self.
   void* (*stand_in_generator)(const void* generator);
-  // After a SKIP (or the chain's SKIP, which runs nothing): count the call,
-  // record the storage as pending with the call and its `arguments` (NULL
-  // for the chain's steps: they cannot be replayed), make it read as zeros
-  // and, for normal_ and uniform_ (`generator` as in decide_init, else NULL),
-  // advance their generator by the draws the kernel would have made. False
+  // After a SKIP (or a chain step's SKIP, which runs nothing): count the
+  // call, record the storage as pending with the call and its `arguments`,
+  // guard its pages and, for normal_ and uniform_ (`generator` as in
+  // decide_init, else NULL), advance their generator by the draws the
+  // kernel would have made. False
   // when it failed, leaving nothing recorded: the interposer then runs the
   // kernel on self, so a storage is never left neither initialised nor pending.
   bool (*skipped)(fsdpskip_kernel kernel, void* self, const void* generator, const fsdpskip_call_arguments* arguments);

@@ -7,7 +7,7 @@
 namespace fsdpskip {
 
 inline constexpr const char kReportSchema[] = "fsdpskip-report";
-inline constexpr int kReportSchemaVersion = 3;  // 2: draws_unreproduced, storages_tagged; 3: storages_replayed
+inline constexpr int kReportSchemaVersion = 3;  // 2: storages_tagged; 3: storages_replayed
 inline constexpr int kOldestReportSchemaVersion = 1;
 
 enum class Counter {

@@ -82,7 +82,7 @@ struct Random {
     Fn fn = original_as<Fn>(id);
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self, a, b, generator);
-    return carry_out(plugin->decide_init(kernel, self, generator), plugin, kernel, self, {a, b, nullptr, false},
+    return carry_out(plugin->decide_init(kernel, self, generator), plugin, kernel, self, {a, b, nullptr, false, {}},
                      [&](void* t) { return fn(t, a, b, generator); }, &generator);
   }
   static void* forward(void* self, double a, double b, void* generator) {
@@ -99,7 +99,7 @@ struct Unary {
     Fn fn = original_as<Fn>(id);
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self);
-    return carry_out(plugin->decide_init(kernel, self, nullptr), plugin, kernel, self, {0, 0, nullptr, false}, fn);
+    return carry_out(plugin->decide_init(kernel, self, nullptr), plugin, kernel, self, {0, 0, nullptr, false, {}}, fn);
   }
   static void* forward(void* self) {
     if (__builtin_expect(routed(), 0)) return active(self);
@@ -117,7 +117,7 @@ struct Fill {
     const fsdpskip_plugin* plugin = active_plugin();
     if (plugin == nullptr) return fn(self, value);
     fsdpskip_verdict verdict = kScalar ? plugin->decide_fill(self, value) : plugin->decide_init(kernel, self, nullptr);
-    return carry_out(verdict, plugin, kernel, self, {0, 0, value, kScalar}, [&](void* t) { return fn(t, value); });
+    return carry_out(verdict, plugin, kernel, self, {0, 0, value, kScalar, {}}, [&](void* t) { return fn(t, value); });
   }
   static void* forward(void* self, const void* value) {
     if (__builtin_expect(routed(), 0)) return active(self, value);
@@ -144,10 +144,10 @@ struct Copy {
       const void* src_stand_in = self_stand_in ? plugin->stand_in_like(src, 1) : nullptr;
       if (src_stand_in == nullptr) return fn(self, src, non_blocking);
       fn(self_stand_in, src_stand_in, non_blocking);
-      fsdpskip_call_arguments arguments = {0, 0, src, false};
+      fsdpskip_call_arguments arguments = {0, 0, src, false, {}};
       return plugin->skipped(kernel, self, nullptr, &arguments) ? self : fn(self, src, non_blocking);
     }
-    void* result = carry_out(verdict, plugin, kernel, self, {0, 0, src, false},
+    void* result = carry_out(verdict, plugin, kernel, self, {0, 0, src, false, {}},
                              [&](void* t) { return fn(t, src, non_blocking); });
     if (verdict == FSDPSKIP_RUN_NOTIFY) plugin->copied(self, src);
     return result;
@@ -303,37 +303,42 @@ struct ReduceScatter {
   }
 };
 
-// A structured kernel's impl(this, self, [inputs...,] out): its meta
+// A structured kernel's impl(this, self, [operands...,] out): its meta
 // function already checked the arguments, so nothing here needs a stand-in.
-// FSDPSKIP_CHAIN: a later step of an init chain (erfinv_, mul_, add_, clamp_),
-// decided by the plugin. The others: a comparison with a scalar, `|` or
-// any(), whose skipped inputs the plugin materializes first.
+// A chain step (role STEP: erfinv_, mul_, add_, clamp_) is decided by the
+// plugin, and a skipped one runs nothing. The others (role READ: a
+// comparison with a scalar, `|` or any()) have their skipped inputs
+// materialized first.
 template <HookId id, fsdpskip_kernel kernel>
 struct Structured {
   template <typename... Tensors>
   using Fn = void (*)(void*, const void*, Tensors...);
   template <typename... Tensors>
-  static void forward(void* op, const void* self, Tensors... inputs_then_out) {
-    if (__builtin_expect(routed(), 0)) return active(op, self, inputs_then_out...);
-    return original_as<Fn<Tensors...>>(id)(op, self, inputs_then_out...);
+  static void forward(void* op, const void* self, Tensors... operands_then_out) {
+    if (__builtin_expect(routed(), 0)) return active(op, self, operands_then_out...);
+    return original_as<Fn<Tensors...>>(id)(op, self, operands_then_out...);
   }
   template <typename... Tensors>
-  static NOINLINE void active(void* op, const void* self, Tensors... inputs_then_out) {
+  static NOINLINE void active(void* op, const void* self, Tensors... operands_then_out) {
     Fn<Tensors...> fn = original_as<Fn<Tensors...>>(id);
     const fsdpskip_plugin* plugin = active_plugin();
-    if (plugin == nullptr) return fn(op, self, inputs_then_out...);
-    const void* arguments[] = {inputs_then_out...};
-    void* out = const_cast<void*>(arguments[sizeof...(Tensors) - 1]);
-    if constexpr (kernel == FSDPSKIP_CHAIN) {
-      fsdpskip_verdict verdict = plugin->decide_chain(self, out);
-      if (verdict == FSDPSKIP_SKIP && plugin->skipped(kernel, out, nullptr, nullptr)) return;
+    if (plugin == nullptr) return fn(op, self, operands_then_out...);
+    constexpr size_t kOperands = sizeof...(Tensors) - 1;
+    const void* arguments[] = {operands_then_out...};
+    void* out = const_cast<void*>(arguments[kOperands]);
+    if constexpr (fsdpskip_role_of(kernel) == FSDPSKIP_ROLE_STEP) {
+      static_assert(kOperands <= 2, "fsdpskip_call_arguments holds self and two operands");
+      fsdpskip_call_arguments step = {0, 0, nullptr, false, {self}};
+      for (size_t i = 0; i < kOperands; ++i) step.operands[i + 1] = arguments[i];
+      fsdpskip_verdict verdict = plugin->decide_chain(kernel, self, out, &step);
+      if (verdict == FSDPSKIP_SKIP && plugin->skipped(kernel, out, nullptr, &step)) return;
       uint64_t start = verdict == FSDPSKIP_AUDIT ? now_ns() : 0;
-      fn(op, self, inputs_then_out...);
+      fn(op, self, operands_then_out...);
       if (start) plugin->audited(kernel, out, now_ns() - start);
     } else {
-      const void* other = sizeof...(Tensors) == 2 ? arguments[0] : nullptr;  // any() has none
-      plugin->reading(kernel, self, other);
-      fn(op, self, inputs_then_out...);
+      static_assert(fsdpskip_role_of(kernel) == FSDPSKIP_ROLE_READ, "a structured row is a step or a read");
+      plugin->reading(kernel, self, kOperands == 1 ? arguments[0] : nullptr);  // any() has no operand
+      fn(op, self, operands_then_out...);
     }
   }
 };

@@ -76,9 +76,9 @@ const fsdpskip_plugin kPlugin = {
     [](void* dst, const void* src) noexcept {
       return guarded("decide_copy", FSDPSKIP_RUN, [&] { return Tracker::instance().decide_copy(tensor(dst), tensor(src)); });
     },
-    [](const void* self, const void* out) noexcept {
+    [](fsdpskip_kernel kernel, const void* self, const void* out, const fsdpskip_call_arguments* arguments) noexcept {
       return guarded("decide_chain", FSDPSKIP_RUN,
-                     [&] { return Tracker::instance().decide_chain(tensor(self), tensor(out)); });
+                     [&] { return Tracker::instance().decide_chain(kernel, tensor(self), tensor(out), *arguments); });
     },
     [](fsdpskip_kernel kernel, const void* self, const void* other) noexcept {
       guarded("reading", [&] { Tracker::instance().reading(kernel, tensor(self), other); });

@@ -67,8 +67,10 @@ SkippedCall describe_call(fsdpskip_kernel kernel, const at::Tensor& self, const 
   call.kernel = kernel;
   call.written = geometry_of(self);
   *why = nullptr;
-  if (arguments == nullptr) {
-    *why = "trunc_normal_'s later steps (erfinv_, mul_, add_, clamp_) are not replayed";
+  if (fsdpskip_role_of(kernel) == FSDPSKIP_ROLE_STEP) {
+    auto step = std::make_shared<ChainStep>();
+    *why = describe_step(kernel, self, *arguments, step.get());
+    call.step = std::move(step);
     return call;
   }
   call.first = arguments->first;
@@ -109,8 +111,19 @@ void replay(c10::StorageImpl* storage, const SkippedCalls& calls) {
         written.copy_(view_of(source, call.source->geometry));
         break;
       }
-      default:
-        throw std::logic_error("a skipped call of this kernel is never recorded as replayable");
+      case FSDPSKIP_ERFINV:
+      case FSDPSKIP_MUL:
+      case FSDPSKIP_ADD:
+      case FSDPSKIP_CLAMP: run_step(call.kernel, *call.step, written); break;
+      case FSDPSKIP_LT:
+      case FSDPSKIP_LE:
+      case FSDPSKIP_GT:
+      case FSDPSKIP_GE:
+      case FSDPSKIP_OR:
+      case FSDPSKIP_ANY:
+      case FSDPSKIP_KERNEL_COUNT:
+      case FSDPSKIP_NO_KERNEL:
+        throw std::logic_error("a kernel that reads is never recorded");
     }
   }
 }

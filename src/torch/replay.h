@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../common/plugin_abi.h"
+#include "chain_step.h"
 
 namespace fsdpskip {
 
@@ -74,6 +75,7 @@ struct SkippedCall {
   std::shared_ptr<GeneratorSnapshot> snapshot;  // normal_, uniform_: where they drew from,
   uint64_t offset = 0;                          // this many outputs past its start
   std::shared_ptr<const CopySource> source;     // copy_ from a skipped storage
+  std::shared_ptr<const ChainStep> step;        // a chain step's operands
 };
 
 Geometry geometry_of(const at::Tensor& tensor);
@@ -82,6 +84,8 @@ Geometry geometry_of(const at::Tensor& tensor);
 // generator's position or a copy's source (the tracker's to fill in); or,
 // with `*why` set, one that cannot be replayed. Throws only what an
 // allocation throws.
+// A chain step (chain_step.h) is replayable when it rewrites its tensor in
+// place with scalar operands.
 SkippedCall describe_call(fsdpskip_kernel kernel, const at::Tensor& self, const fsdpskip_call_arguments* arguments,
                           const char** why);
 

@@ -211,7 +211,9 @@ std::string report_json(const ReportContext& context, const Stats& stats, const 
   json += format("  \"mode\": \"%s\",\n  \"loading_ended\": %s,\n  \"calls\": {", audit ? "audit" : "on",
                  stats.loading_ended ? "true" : "false");
   for (int k = 0; k < FSDPSKIP_KERNEL_COUNT; ++k)
-    json += format("%s\"%s\": %llu", k ? ", " : "", kernel_name(static_cast<fsdpskip_kernel>(k)), static_cast<unsigned long long>(stats.calls[k]));
+    if (fsdpskip_role_of(static_cast<fsdpskip_kernel>(k)) != FSDPSKIP_ROLE_READ)  // never skipped
+      json += format("%s\"%s\": %llu", k ? ", " : "", kernel_name(static_cast<fsdpskip_kernel>(k)),
+                     static_cast<unsigned long long>(stats.calls[k]));
   json += "}";
   for (int c = 0; c < kCounterCount; ++c)
     json += format(",\n  \"%s\": %llu", kCounterRows.rows[c]->key, static_cast<unsigned long long>(stats.values[c]));

@@ -8,7 +8,7 @@ using namespace tracker_detail;
 
 const char* kernel_name(fsdpskip_kernel kernel) {
   static const char* const kNames[] = {
-#define KERNEL(id, name) name,
+#define KERNEL(id, name, role) name,
 #include "../common/kernels.def"
 #undef KERNEL
   };

@@ -83,7 +83,10 @@ class Tracker {
                                const compat::GeneratorArgument* generator = nullptr);
   fsdpskip_verdict decide_fill(const at::Tensor& self, const c10::Scalar& value);
   fsdpskip_verdict decide_copy(const at::Tensor& dst, const at::Tensor& src);
-  fsdpskip_verdict decide_chain(const at::Tensor& self, const at::Tensor& out);
+  // A chain step (kernels.def's role STEP) writing out from self with
+  // `arguments`' operands.
+  fsdpskip_verdict decide_chain(fsdpskip_kernel kernel, const at::Tensor& self, const at::Tensor& out,
+                                const fsdpskip_call_arguments& arguments);
   // After a SKIP: counts the call, records the storage as pending (once)
   // with the call, for its replay (`arguments` nullptr: one that cannot be
   // replayed), and makes it read as zeros; a skipped normal_ or uniform_ (its
@@ -295,7 +298,7 @@ class Tracker {
 // Installed as the deleter of every tracked storage.
 void tracked_deleter(void* context);
 
-// "normal_", "copy_", "chain", ... as the summary and the report name them.
+// "normal_", "copy_", "erfinv_", ... as the summary and the report name them.
 const char* kernel_name(fsdpskip_kernel kernel);
 
 // "4096x1024" for a tensor's sizes.

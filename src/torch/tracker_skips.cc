@@ -70,14 +70,18 @@ bool Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, Skipp
       // a pending storage, materialized first by the fault it takes).
       if (unreplayable != nullptr) return false;
       bool whole = covers_storage(self, record->storage);
+      bool step = fsdpskip_role_of(kernel) == FSDPSKIP_ROLE_STEP;
+      // A step reads what its storage's calls made: it was materialized
+      // meanwhile (another thread), so the step runs on its values.
+      if (step && !record->skipped) return false;
       // A pending storage's values are its calls replayed over zeros. A
       // first skip that writes a part of the storage keeps that true only
       // when nothing else was written there (no page of it in memory).
       if (!record->skipped && !whole && any_page_resident(compat::data_ptr(*storage).get(), storage->nbytes()))
         return false;
-      // A call that writes the whole storage makes every earlier one moot:
-      // a storage re-initialised in a loop keeps one call.
-      if (whole) record->calls.clear();
+      // An init that writes the whole storage makes every earlier call
+      // moot: a storage re-initialised in a loop keeps one call.
+      if (whole && !step) record->calls.clear();
       if (record->calls.size() == record->calls.capacity())
         record->calls.reserve(std::max<size_t>(2, 2 * record->calls.size()));
       if (generator) generators_.reserve();

@@ -124,17 +124,28 @@ fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& s
   return traced(FSDPSKIP_COPY, dst, tracked_.load() != 0 ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
 }
 
-fsdpskip_verdict Tracker::decide_chain(const at::Tensor& self, const at::Tensor& out) {
-  if (pending_.load() == 0) return FSDPSKIP_RUN;  // the hot path: no storage lookups
+fsdpskip_verdict Tracker::decide_chain(fsdpskip_kernel kernel, const at::Tensor& self, const at::Tensor& out,
+                                       const fsdpskip_call_arguments& arguments) {
+  // The hot path: no storage lookups. fsdpskip's own kernels (a replay, a
+  // step's trial) run.
+  if (pending_.load() == 0 || running_own_kernels()) return FSDPSKIP_RUN;
   c10::StorageImpl* storage = storage_of(out);
   if (storage == nullptr) return FSDPSKIP_RUN;
-  // It reads self and writes out: both get their values first. That holds
-  // for trunc_normal_'s later steps (torch 2.11 and earlier) too: their
-  // arguments are not recorded, so their storage is materialized after its
-  // uniform_ and they run (no saving there).
-  materialize(self, "a structured kernel (its input)");
-  materialize(out, "a structured kernel (its output)");
-  return FSDPSKIP_RUN;
+  // In place on a skipped storage while loading, with scalar operands: the
+  // step joins the recipe (trunc_normal_ up to torch 2.11).
+  // (skipped() checks again that it is still skipped.)
+  bool rewrites_skipped = false;
+  if (loading() && enabled()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Record* record = find_locked(storage);
+    rewrites_skipped = record && record->role == Role::kParameter && record->skipped && owned_locked(*record, storage);
+  }
+  if (rewrites_skipped && describe_step(kernel, out, arguments, nullptr) == nullptr)
+    return traced(kernel, out, skip_verdict());
+  // Otherwise it reads self and writes out: both get their values first.
+  materialize(self, "a chain step (its input)");
+  materialize(out, "a chain step (its output)");
+  return traced(kernel, out, FSDPSKIP_RUN);
 }
 
 }  // namespace fsdpskip

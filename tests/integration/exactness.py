@@ -186,6 +186,20 @@ def share_memory_before_sync(rank):
     return list(m.parameters())
 
 
+def trunc_normal_sent_and_read(rank):
+    """trunc_normal_ (up to torch 2.11 uniform_ and steps that join its
+    recipe; from 2.12 rejection sampling), converted to half and read by an
+    EMA before the sync, and sent by rank 1 (a source replays the steps)."""
+    a, b = nn.Parameter(torch.empty(256, 256)), nn.Parameter(torch.empty(256, 256))
+    nn.init.trunc_normal_(a, std=0.02)
+    nn.init.trunc_normal_(b, std=0.02, a=-0.03, b=0.05)
+    half = a.detach().half()
+    ema = [b.detach() * 1.0]
+    dist.broadcast(given(a.data), src=1)
+    dist.broadcast(given(b.data), src=0)
+    return [a, b, half] + ema
+
+
 VARIANTS = {name: fn for name, fn in globals().items() if callable(fn) and name not in
             ("digest", "given", "model", "main", "argparse", "hashlib", "json", "os")}
 

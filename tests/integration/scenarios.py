@@ -252,14 +252,21 @@ def rejection_sampling():
 
 
 def errors():
-    """torch's own argument checks, skipped or not, reach Python unchanged."""
-    p = nn.Parameter(torch.empty(8))
-    plain = torch.empty(8)
+    """torch's own argument checks, skipped or not, reach Python unchanged:
+    on a parameter large enough to be skipped, already skipped once, and on
+    a skipped conversion of it whose chain step's kernel may refuse half
+    when it runs (erfinv_ in torch 1.13)."""
+    torch.manual_seed(0)
+    p = nn.Parameter(torch.empty(4096))
+    plain = torch.empty(4096)
     calls = {
+        "skipped_first": lambda t: t.data.normal_(),
         "normal_negative_std": lambda t: t.data.normal_(0.0, -1.0),
         "uniform_from_gt_to": lambda t: t.data.uniform_(2.0, 1.0),
         "fill_non_scalar_tensor": lambda t: t.data.fill_(torch.ones(2)),
         "copy_bad_shape": lambda t: t.data.copy_(torch.ones(3)),
+        "mul_by_many": lambda t: t.data.mul_(torch.ones(3)),
+        "erfinv_half": lambda t: t.data.half().erfinv_().sum().item(),
         "inplace_on_leaf_requiring_grad": lambda t: t.normal_(),
     }
     out = {}

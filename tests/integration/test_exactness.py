@@ -15,7 +15,7 @@ PROGRAM = os.path.join(HERE, "exactness.py")
 VARIANTS = ["group_of_one", "ddp_of_one", "channels_last", "recv_then_steps", "local_checkpoint_then_double",
             "ema_before_sync", "all_gather_while_loading", "gather_while_loading", "all_reduce_sync",
             "source_written_by_others", "randperm_between", "numpy_and_buffers", "save_before_sync",
-            "share_memory_before_sync"]
+            "share_memory_before_sync", "trunc_normal_sent_and_read"]
 
 
 def job(tmp_path, variant, **variables):

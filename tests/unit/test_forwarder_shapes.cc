@@ -214,33 +214,36 @@ void check_random(const Row& row, bool normal) {
       true, nullptr, {a, b});
 }
 
-// A structured kernel's impl: a later step of an init chain (decide_chain),
-// or a comparison, `|` or any() (reading, then the kernel).
+// A structured kernel's impl: a chain step (decide_chain, given the
+// operands between self and out), or a comparison, `|` or any() (reading,
+// then the kernel).
 void check_structured(const Row& row, const char* name, const std::function<void(const at::Tensor&)>& call,
                       const void* op, const at::Tensor& self, const void* other,
                       std::vector<const void*> original_pointers) {
   const at::Tensor& out = *static_cast<const at::Tensor*>(original_pointers.back());
-  if (row.kernel != FSDPSKIP_CHAIN) {
+  if (fsdpskip_role_of(row.kernel) != FSDPSKIP_ROLE_STEP) {
     Calls calls(FSDPSKIP_RUN);
     call(out);
     calls.original(name, op, original_pointers);
     calls.plugin({{"reading", row.kernel, {&self, other}}});
     return;
   }
+  std::vector<const void*> operands(original_pointers.begin() + 1, original_pointers.end() - 1);
+  operands.resize(2, nullptr);
   for (const Script& script :
        scripts({{FSDPSKIP_RUN}, {FSDPSKIP_SKIP}, {FSDPSKIP_AUDIT}, {FSDPSKIP_SKIP, "skipped"}})) {
     SCOPED_TRACE(script_text(script));
     Calls calls(script.verdict, script.failing);
     call(out);
-    Expected decided{"decide_chain", -1, {&self, &out}};
+    Expected decided{"decide_chain", row.kernel, {&self, &out, operands[0], operands[1]}};
     if (script.verdict == FSDPSKIP_SKIP) {
       // Done by the plugin instead of the kernel; where it failed, the kernel runs.
       if (script.failing) calls.original(name, op, original_pointers);
       else calls.no_original();
-      calls.plugin({decided, {"skipped", FSDPSKIP_CHAIN, {&out, nullptr, nullptr}, 0}});
+      calls.plugin({decided, {"skipped", row.kernel, {&out, nullptr, nullptr, operands[0]}, 1, {0, 0}}});
     } else {
       calls.original(name, op, original_pointers);
-      if (script.verdict == FSDPSKIP_AUDIT) calls.plugin({decided, {"audited", FSDPSKIP_CHAIN, {&out}}});
+      if (script.verdict == FSDPSKIP_AUDIT) calls.plugin({decided, {"audited", row.kernel, {&out}}});
       else calls.plugin({decided});
     }
   }

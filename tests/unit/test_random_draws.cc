@@ -182,7 +182,7 @@ TEST(RandomDraws, ASkippedInitAdvancesItsGenerator) {
     at::Tensor param = torch::empty({300, 68});  // 80 KiB: pages of its own (OwnedPages)
     ASSERT_TRUE(Tracker::instance().tag(compat::storage_of(param.unsafeGetTensorImpl())));
     ASSERT_EQ(Tracker::instance().decide_init(FSDPSKIP_NORMAL, param, &argument), FSDPSKIP_SKIP);
-    fsdpskip_call_arguments arguments{0.0, 1.0, nullptr, false};
+    fsdpskip_call_arguments arguments{0.0, 1.0, nullptr, false, {}};
     Tracker::instance().skipped(FSDPSKIP_NORMAL, param, &argument, &arguments);
     at::Tensor ran = torch::empty({300, 68});
     ran.normal_(0.0, 1.0, reference);
@@ -210,7 +210,7 @@ TEST(RandomDraws, AGeneratorPaysWhatItOwesBeforeADrawAndNotAfterAReseed) {
     at::Tensor param = torch::empty({rows, 1000});
     tracker.tag(compat::storage_of(param.unsafeGetTensorImpl()));
     ASSERT_EQ(tracker.decide_init(FSDPSKIP_NORMAL, param, &argument), FSDPSKIP_SKIP);
-    fsdpskip_call_arguments arguments{0.0, 1.0, nullptr, false};
+    fsdpskip_call_arguments arguments{0.0, 1.0, nullptr, false, {}};
     tracker.skipped(FSDPSKIP_NORMAL, param, &argument, &arguments);
     torch::empty({rows, 1000}).normal_(0.0, 1.0, reference);
   };
@@ -275,20 +275,20 @@ TEST(RandomDraws, ASourceReplaysItsSkippedCallsBitwise) {
     expected_second.uniform_(-1.0, 1.0, reference);
     at::Tensor expected_third = torch::full({16384}, 0.25);
 
-    skip(FSDPSKIP_NORMAL, first, {0.5, 2.0, nullptr, false});
+    skip(FSDPSKIP_NORMAL, first, {0.5, 2.0, nullptr, false, {}});
     at::Tensor row = first[3];
-    skip(FSDPSKIP_ZERO, row, {0, 0, nullptr, false});
-    skip(FSDPSKIP_NORMAL, next, {0.0, 0.02, nullptr, false});
+    skip(FSDPSKIP_ZERO, row, {0, 0, nullptr, false, {}});
+    skip(FSDPSKIP_NORMAL, next, {0.0, 0.02, nullptr, false, {}});
     at::Tensor small = torch::empty({5});  // as the interposer runs it: decided first
     ASSERT_EQ(tracker.decide_init(FSDPSKIP_NORMAL, small, &argument), FSDPSKIP_RUN);
     small.normal_(0.0, 1.0, generator);
-    skip(FSDPSKIP_UNIFORM, second, {-1.0, 1.0, nullptr, false});
+    skip(FSDPSKIP_UNIFORM, second, {-1.0, 1.0, nullptr, false, {}});
     c10::Scalar quarter(0.25);
-    skip(FSDPSKIP_FILL, third, {0, 0, &quarter, true});
+    skip(FSDPSKIP_FILL, third, {0, 0, &quarter, true, {}});
     // A conversion of a skipped storage stays skipped: its replay converts the replayed source.
     at::Tensor converted = torch::empty({300, 68}, at::kDouble);
     ASSERT_EQ(tracker.decide_copy(converted, first), FSDPSKIP_SKIP);
-    fsdpskip_call_arguments copy_arguments{0, 0, &first, false};
+    fsdpskip_call_arguments copy_arguments{0, 0, &first, false, {}};
     tracker.skipped(FSDPSKIP_COPY, converted, nullptr, &copy_arguments);
     EXPECT_EQ(read_state(generator), state_bytes(reference)) << "skipped calls advance it as the kernels would";
 
@@ -308,19 +308,82 @@ TEST(RandomDraws, ASourceReplaysItsSkippedCallsBitwise) {
   EXPECT_LE(kSkippedCallBytes, 256u);
 }
 
-// A call that cannot be replayed (no arguments: trunc_normal_'s later steps)
-// is not skipped: the kernel runs. NCCL's C API sending a buffer over a
+// trunc_normal_ up to torch 2.11: uniform_, then in place erfinv_, mul_
+// (by a Python number: a wrapped 0-dim double), add_ and clamp_. Each step
+// is skipped and joins the recipe, in half and float; materialized, the
+// storage holds bitwise what the chain gives without fsdpskip. A step
+// whose kernel refuses the dtype when it runs (erfinv_ on half in torch
+// 1.13) is not skipped: it runs, and raises what it raises.
+TEST(RandomDraws, AChainOfStepsJoinsTheRecipe) {
+  Tracker& tracker = Tracker::instance();
+  tracker.start(nullptr);
+  tracker.set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
+  {
+    at::Tensor half = torch::empty({300, 68}, at::kHalf);
+    tracker.tag(compat::storage_of(half.unsafeGetTensorImpl()));
+    fsdpskip_call_arguments none{0, 0, nullptr, false, {}};
+    ASSERT_TRUE(tracker.skipped(FSDPSKIP_ZERO, half, nullptr, &none));
+    bool raises = false;
+    try {
+      torch::empty({1}, at::kHalf).erfinv_();
+    } catch (const c10::Error&) {
+      raises = true;
+    }
+    fsdpskip_call_arguments erfinv{0, 0, nullptr, false, {&half}};
+    EXPECT_EQ(tracker.decide_chain(FSDPSKIP_ERFINV, half, half, erfinv), raises ? FSDPSKIP_RUN : FSDPSKIP_SKIP);
+  }
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(11);
+    at::Generator reference = at::make_generator<at::CPUGeneratorImpl>(11);
+    compat::GeneratorArgument argument(generator);
+    at::Tensor param = torch::empty({300, 68}, dtype), expected = torch::empty({300, 68}, dtype);
+    at::Tensor factor = at::scalar_tensor(0.02 * std::sqrt(2.0), at::kDouble);
+    factor.unsafeGetTensorImpl()->set_wrapped_number(true);
+    at::Tensor shift = at::scalar_tensor(0.5, at::kDouble);  // a 0-dim tensor, not a Python number
+    c10::Scalar one(1), low(-0.04), high(0.04);
+    expected.uniform_(-0.9, 0.9, reference).erfinv_();
+    at::mul_out(expected, factor, expected).add_(shift, one).clamp_(low, high);
+
+    tracker.tag(compat::storage_of(param.unsafeGetTensorImpl()));
+    ASSERT_EQ(tracker.decide_init(FSDPSKIP_UNIFORM, param, &argument), FSDPSKIP_SKIP);
+    fsdpskip_call_arguments drawn{-0.9, 0.9, nullptr, false, {}};
+    ASSERT_TRUE(tracker.skipped(FSDPSKIP_UNIFORM, param, &argument, &drawn));
+    struct Step {
+      fsdpskip_kernel kernel;
+      fsdpskip_call_arguments arguments;
+    };
+    // mul_ as torch 1.13's mul_(Scalar) calls it: mul_out(param, factor, param).
+    for (const Step& step : {Step{FSDPSKIP_ERFINV, {0, 0, nullptr, false, {&param}}},
+                             Step{FSDPSKIP_MUL, {0, 0, nullptr, false, {&factor, &param}}},
+                             Step{FSDPSKIP_ADD, {0, 0, nullptr, false, {&param, &shift, &one}}},
+                             Step{FSDPSKIP_CLAMP, {0, 0, nullptr, false, {&param, &low, &high}}}}) {
+      ASSERT_EQ(tracker.decide_chain(step.kernel, param, param, step.arguments), FSDPSKIP_SKIP) << kernel_name(step.kernel);
+      ASSERT_TRUE(tracker.skipped(step.kernel, param, nullptr, &step.arguments));
+    }
+    shift.fill_(7.0);  // the caller's operand changes later: the recipe kept its own
+    EXPECT_TRUE(tracker.is_pending(compat::storage_of(param.unsafeGetTensorImpl())));
+    tracker.materialize(param, "a test");
+    EXPECT_TRUE(param.equal(expected)) << "the chain replayed in order, bitwise (" << dtype << ")";
+  }
+}
+
+// A chain step that cannot be replayed (its operand a tensor of many
+// elements) or whose storage is not skipped is not skipped: the kernel runs. NCCL's C API sending a buffer over a
 // skipped storage is named. In audit mode every init ran: what is sent is
 // counted as materialized, nothing stops.
 TEST(RandomDraws, WhatCannotBeReplayedIsNotSkippedAndNcclSendsAreNamed) {
   Tracker& tracker = Tracker::instance();
   tracker.start(nullptr);
   tracker.set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
-  at::Tensor chain = torch::empty({1 << 16});
+  at::Tensor chain = torch::empty({1 << 16}), many = torch::ones({1 << 16});
   ASSERT_TRUE(tracker.tag(compat::storage_of(chain.unsafeGetTensorImpl())));
-  EXPECT_FALSE(tracker.skipped(FSDPSKIP_CHAIN, chain, nullptr, nullptr));
-  EXPECT_FALSE(tracker.is_pending(compat::storage_of(chain.unsafeGetTensorImpl())));
-  fsdpskip_call_arguments none{0, 0, nullptr, false};
+  fsdpskip_call_arguments none{0, 0, nullptr, false, {}}, erfinv{0, 0, nullptr, false, {&chain}};
+  fsdpskip_call_arguments by_many{0, 0, nullptr, false, {&chain, &many}};
+  EXPECT_EQ(tracker.decide_chain(FSDPSKIP_ERFINV, chain, chain, erfinv), FSDPSKIP_RUN) << "not skipped: nothing to step";
+  EXPECT_FALSE(tracker.skipped(FSDPSKIP_ERFINV, chain, nullptr, &erfinv));
+  ASSERT_TRUE(tracker.skipped(FSDPSKIP_ZERO, chain, nullptr, &none));
+  EXPECT_EQ(tracker.decide_chain(FSDPSKIP_MUL, chain, chain, by_many), FSDPSKIP_RUN);
+  EXPECT_FALSE(tracker.is_pending(compat::storage_of(chain.unsafeGetTensorImpl()))) << "materialized before it runs";
   at::Tensor raw = torch::empty({1 << 16});
   ASSERT_TRUE(tracker.tag(compat::storage_of(raw.unsafeGetTensorImpl())));
   ASSERT_TRUE(tracker.skipped(FSDPSKIP_ZERO, raw, nullptr, &none));

@@ -56,7 +56,7 @@ constexpr int64_t kOwned = 1 << 14;
 // A skipped fill_ of `value`: a call with a recipe (the interposer's arguments).
 void skip_fill(const at::Tensor& tensor, double value) {
   c10::Scalar scalar(value);
-  fsdpskip_call_arguments arguments = {0, 0, &scalar, true};
+  fsdpskip_call_arguments arguments = {0, 0, &scalar, true, {}};
   ASSERT_TRUE(tracker().skipped(FSDPSKIP_FILL, tensor, nullptr, &arguments));
 }
 
@@ -378,7 +378,7 @@ TEST(Tracker, FreeResolvesAndShutdownFreesStayPending) {
   at::Tensor* kept = new at::Tensor(torch::empty({8, 4096}));
   ASSERT_TRUE(tracker().tag(storage(*kept)));
   c10::Scalar one(1.0);
-  fsdpskip_call_arguments arguments = {0, 0, &one, true};
+  fsdpskip_call_arguments arguments = {0, 0, &one, true, {}};
   ASSERT_TRUE(tracker().skipped(FSDPSKIP_FILL, *kept, nullptr, &arguments));
   tracker().begin_shutdown();
   delete kept;
@@ -412,7 +412,7 @@ TEST(Tracker, ConversionOfSkippedStorageIsSkippedAndMaterializesAsTheConversion)
   skip_fill(param, 3.0);
   at::Tensor half = torch::empty({2 * kOwned}, torch::kHalf);
   ASSERT_EQ(tracker().decide_copy(half, param), FSDPSKIP_SKIP);
-  fsdpskip_call_arguments arguments = {0, 0, &param, false};
+  fsdpskip_call_arguments arguments = {0, 0, &param, false, {}};
   ASSERT_TRUE(tracker().skipped(FSDPSKIP_COPY, half, nullptr, &arguments));
   EXPECT_TRUE(tracker().is_pending(storage(half)));
   EXPECT_TRUE(tracker().is_pending(storage(param))) << "a conversion reads nothing";
@@ -432,7 +432,7 @@ TEST(Tracker, ConcurrentTagSkipFreeFromManyThreads) {
         if (!tracker().tag(storage(param))) continue;
         if (tracker().decide_init(FSDPSKIP_FILL, param) == FSDPSKIP_SKIP) {
           c10::Scalar one(1.0);
-          fsdpskip_call_arguments arguments = {0, 0, &one, true};
+          fsdpskip_call_arguments arguments = {0, 0, &one, true, {}};
           if (tracker().skipped(FSDPSKIP_FILL, param, nullptr, &arguments)) ++skips;
         }
       }
