@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 14  // 14: a chain step is a kernel of its own, with its operands
+#define FSDPSKIP_PLUGIN_ABI 14  // 14: a chain step is a kernel of its own, with its operands; owing_generators
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=" and this number), so a plugin
@@ -48,6 +48,9 @@ typedef enum fsdpskip_kernel {
 #undef KERNEL
   FSDPSKIP_KERNEL_COUNT
 } fsdpskip_kernel;
+
+#define FSDPSKIP_OWING_SLOTS 4
+#define FSDPSKIP_OWING_ANY ((void*)1)
 
 // What a kernel's call on a skipped storage means (kernels.def's role).
 typedef enum fsdpskip_kernel_role {
@@ -281,6 +284,13 @@ typedef struct fsdpskip_plugin {
   // How many of the plugin's pages are guarded now (0: a system call needs
   // no look at its buffers).
   size_t (*guarded_count)(void);
+  // The CPU generators that owe a skipped init's draws now, in
+  // FSDPSKIP_OWING_SLOTS slots the plugin rewrites (NULL: empty;
+  // FSDPSKIP_OWING_ANY: more than the slots hold), read with acquire loads:
+  // a draw (CPUGeneratorImpl::random, random64) tells generator_touched
+  // only about a generator found there, since every draw of every kernel
+  // passes through it.
+  void* const* owing_generators;
 } fsdpskip_plugin;
 
 #define FSDPSKIP_PLUGIN_ENTRY "fsdpskip_plugin_load"

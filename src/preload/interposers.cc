@@ -235,10 +235,27 @@ template <HookId id, fsdpskip_kernel>
 using GeneratorReseeded = GeneratorCall<id, false, uint64_t>;
 template <HookId id, fsdpskip_kernel>
 using GeneratorStateSet = GeneratorCall<id, false, void, const void*>;
+// at::CPUGeneratorImpl::random(this) and random64(this): every draw of every
+// kernel. The plugin is told only of a draw from a generator that owes.
+inline bool owes(const fsdpskip_plugin* plugin, const void* generator) {
+  for (int i = 0; i < FSDPSKIP_OWING_SLOTS; ++i) {
+    void* slot = __atomic_load_n(&plugin->owing_generators[i], __ATOMIC_ACQUIRE);
+    if (slot == generator || slot == FSDPSKIP_OWING_ANY) return true;
+  }
+  return false;
+}
+template <HookId id, typename Result>
+struct GeneratorDrawCall {
+  static Result forward(void* generator) {
+    const fsdpskip_plugin* plugin = active_plugin();
+    if (plugin != nullptr && owes(plugin, generator)) plugin->generator_touched(generator, true);
+    return original_as<Result (*)(void*)>(id)(generator);
+  }
+};
 template <HookId id, fsdpskip_kernel>
-using GeneratorDraw = GeneratorCall<id, true, uint32_t>;
+using GeneratorDraw = GeneratorDrawCall<id, uint32_t>;
 template <HookId id, fsdpskip_kernel>
-using GeneratorDraw64 = GeneratorCall<id, true, uint64_t>;
+using GeneratorDraw64 = GeneratorDrawCall<id, uint64_t>;
 
 // c10d::broadcast_coalesced(intrusive_ptr<ProcessGroup> (by value or const&:
 // either way its address), ArrayRef<Tensor> tensors, size_t buffer_size, int

@@ -28,9 +28,27 @@ GeneratorHistory::Entry* GeneratorHistory::find_locked(c10::GeneratorImpl* gener
 }
 
 void GeneratorHistory::erase_locked(Entry* entry) {
-  if (entry->owed != 0) owing_.fetch_sub(1, std::memory_order_relaxed);
+  bool owed = entry->owed != 0;
+  if (owed) owing_.fetch_sub(1, std::memory_order_relaxed);
   *entry = std::move(entries_.back());
   entries_.pop_back();
+  if (owed) publish_owing_locked();
+}
+
+void GeneratorHistory::publish_owing_locked() {
+  void* slots[FSDPSKIP_OWING_SLOTS] = {};
+  size_t used = 0;
+  for (Entry& entry : entries_) {
+    if (entry.owed == 0) continue;
+    c10::GeneratorImpl* generator = entry.generator.lock().get();  // an ended one owes no one: left out
+    if (generator == nullptr) continue;
+    if (used == FSDPSKIP_OWING_SLOTS) {
+      slots[0] = FSDPSKIP_OWING_ANY;
+      break;
+    }
+    slots[used++] = generator;
+  }
+  for (int i = 0; i < FSDPSKIP_OWING_SLOTS; ++i) __atomic_store_n(&owing_slots_[i], slots[i], __ATOMIC_RELEASE);
 }
 
 void GeneratorHistory::settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry) {
@@ -43,6 +61,7 @@ void GeneratorHistory::settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry) {
     set_engine_state(cpu, state);
     entry.owed = 0;
     owing_.fetch_sub(1, std::memory_order_relaxed);
+    publish_owing_locked();
   }
   entry.expected = GeneratorFingerprint(state);
   // Moved by draws not seen: the run's offsets no longer add up to its place.
@@ -71,8 +90,10 @@ void GeneratorHistory::record(const at::Generator& generator, uint64_t draws, Sk
   call.offset = entry->offset;
   entry->offset += draws;
   uint64_t regenerations = move_place(state, draws);
-  if (regenerations != 0 && entry->owed == 0) owing_.fetch_add(1, std::memory_order_relaxed);
+  bool begins = regenerations != 0 && entry->owed == 0;
+  if (begins) owing_.fetch_add(1, std::memory_order_relaxed);
   entry->owed += regenerations;
+  if (begins) publish_owing_locked();
   set_engine_state(cpu, state);
   entry->expected = GeneratorFingerprint(state);
 }

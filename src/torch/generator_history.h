@@ -69,6 +69,9 @@ class GeneratorHistory {
   void forget(c10::GeneratorImpl* generator);
   // True while some generator owes regenerations: the one test the hot paths make.
   bool owing() const { return owing_.load(std::memory_order_relaxed) != 0; }
+  // Which generators owe, for the preload's draw forwarders to read
+  // (plugin_abi.h's owing_generators): rewritten whenever a debt begins or ends.
+  void* const* owing_slots() { return owing_slots_; }
   // The regenerations `generator` owes (tests).
   uint64_t owed(c10::GeneratorImpl* generator);
   // fork(): the child must not inherit the lock held by a thread it lacks.
@@ -84,6 +87,8 @@ class GeneratorHistory {
   };
   Entry* find_locked(c10::GeneratorImpl* generator);
   void erase_locked(Entry* entry);
+  // owing_slots_ from the entries that owe.
+  void publish_owing_locked();
   // Pays `entry`'s debt into `cpu`, whose lock the caller holds.
   void settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry);
 
@@ -91,6 +96,7 @@ class GeneratorHistory {
   std::vector<Entry> entries_;
   std::shared_ptr<GeneratorSnapshot> spare_;
   std::atomic<size_t> owing_{0};  // entries whose owed is not 0
+  void* owing_slots_[FSDPSKIP_OWING_SLOTS] = {};  // written with release stores, under mutex_
 };
 
 }  // namespace fsdpskip

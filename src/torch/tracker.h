@@ -100,6 +100,8 @@ class Tracker {
   // reseed, a set state); its caller holds its lock. What it owes is paid
   // first, or dropped.
   void generator_touched(c10::GeneratorImpl* generator, bool reads);
+  // The slots of the generators that owe (plugin_abi.h's owing_generators).
+  void* const* owing_generators() { return generators_.owing_slots(); }
   // The regenerations `generator` owes (tests).
   uint64_t owed_regenerations(c10::GeneratorImpl* generator) { return generators_.owed(generator); }
   // After a ZERO_LAZILY: zeroes self exactly, releasing whole pages.

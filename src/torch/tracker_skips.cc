@@ -32,6 +32,9 @@ bool Tracker::skipped(fsdpskip_kernel kernel, const at::Tensor& self, const comp
 }
 
 void Tracker::generator_touched(c10::GeneratorImpl* generator, bool reads) {
+  // A replay draws from a fresh generator of its own, which owes nothing:
+  // its kernel's every draw comes here, and must not take the history's lock.
+  if (running_own_kernels()) return;
   if (reads) generators_.settle(generator, true);
   else generators_.forget(generator);
 }
