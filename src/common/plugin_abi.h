@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 14  // 14: a chain step is a kernel of its own, with its operands; owing_generators
+#define FSDPSKIP_PLUGIN_ABI 14  // 14: a chain step is a kernel of its own, with its operands; owing_generators; receiving
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=" and this number), so a plugin
@@ -177,7 +177,8 @@ typedef struct fsdpskip_plugin {
   // A chain step (a kernel of role STEP: its structured impl, writing `out`
   // from `self`, at::Tensor*, `arguments` holding its operands): SKIP when
   // it rewrites a skipped storage in place while loading, with scalar
-  // operands; else RUN, after what it reads and writes is materialized.
+  // operands (AUDIT in audit mode); else RUN, after what it reads and
+  // writes is materialized.
   fsdpskip_verdict (*decide_chain)(fsdpskip_kernel kernel, const void* self, const void* out,
                                    const fsdpskip_call_arguments* arguments);
   // Before a comparison with a scalar, `|` or any() (structured impl:
@@ -248,6 +249,11 @@ typedef struct fsdpskip_plugin {
   // ::scatter (`tensor_vector` a std::vector<std::vector<at::Tensor>>*, the
   // inputs): these tensors leave this rank. `collective` names the call.
   void (*sending)(const void* backend, const void* tensor_vector, bool nested, const char* collective);
+  // Before ProcessGroupGloo::recv and ::recvAnysource (`tensor_vector`, a
+  // std::vector<at::Tensor>*): another rank's data will write these
+  // tensors. A skipped storage written whole is resolved, one written in
+  // part materialized first, and the loading phase ends.
+  void (*receiving)(const void* tensor_vector);
   // Before an NCCL receive (ncclBcast, ncclBroadcast at a rank that is not
   // the root, ncclRecv) writes [buffer, buffer + bytes) with a peer's data:
   // resolves the skipped storages inside it and ends the loading phase.

@@ -6,8 +6,9 @@
 //
 // The kernel forwarders' inactive path is a test of g_routed and a jump to
 // the original through g_originals (never null: hooks.h): on x86-64, three
-// instructions. What an active process does is out of line (`active`). The notifying ones (set_requires_grad, broadcasts, chain
-// steps, comparisons) test the flag after or around the original's call.
+// instructions. What an active process does is out of line (`active`). The
+// notifying ones (set_requires_grad, broadcasts, comparisons) test the flag
+// after or around the original's call; a chain step may skip it.
 //
 // This file is built without exceptions but with asynchronous unwind tables:
 // an exception thrown by an original (torch's own argument checks) unwinds
@@ -271,6 +272,20 @@ struct Coalesced {
   }
 };
 
+// ProcessGroupGloo::recv(this, vector<Tensor>&, int srcRank, int tag) and
+// ::recvAnysource(this, vector<Tensor>&, int tag).
+template <HookId id, typename... Arguments>
+struct Receive {
+  static ReturnedInMemory forward(void* group, void* tensors, Arguments... arguments) {
+    if (const fsdpskip_plugin* plugin = active_plugin()) plugin->receiving(tensors);
+    return original_as<ReturnedInMemory (*)(void*, void*, Arguments...)>(id)(group, tensors, arguments...);
+  }
+};
+template <HookId id, fsdpskip_kernel>
+using Recv = Receive<id, int, int>;
+template <HookId id, fsdpskip_kernel>
+using RecvAnysource = Receive<id, int>;
+
 // ProcessGroupGloo::send(this, vector<Tensor>&, int dstRank, int tag)
 template <HookId id, fsdpskip_kernel>
 struct Send {
@@ -480,6 +495,8 @@ struct NcclReduce {
 #define SHAPE_Scatter Scatter, ReturnedInMemory, \
     (void* group, void* outputs, void* inputs, void* options), (group, outputs, inputs, options)
 #define SHAPE_Send Send, ReturnedInMemory, (void* group, void* tensors, int peer, int tag), (group, tensors, peer, tag)
+#define SHAPE_Recv Recv, ReturnedInMemory, (void* group, void* tensors, int peer, int tag), (group, tensors, peer, tag)
+#define SHAPE_RecvAnysource RecvAnysource, ReturnedInMemory, (void* group, void* tensors, int tag), (group, tensors, tag)
 #define SHAPE_GeneratorRead GeneratorRead, ReturnedInMemory, (void* generator), (generator)
 #define SHAPE_GeneratorSeeded GeneratorSeeded, void, (void* generator, uint64_t seed), (generator, seed)
 #define SHAPE_GeneratorReseeded GeneratorReseeded, uint64_t, (void* generator), (generator)

@@ -5,8 +5,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/erfinv.h>
 #include <ATen/ops/mul.h>
+#include <ATen/record_function.h>
 
 #include <stdexcept>
+#include <vector>
 
 #include "replay.h"
 
@@ -59,7 +61,9 @@ const char* describe_step(fsdpskip_kernel kernel, const at::Tensor& out, const f
   }
   try {
     OwnKernels own;
-    run_step(kernel, found, at::empty({1}, out.options()));
+    at::RecordFunctionGuard unprofiled(false);
+    // One element, of out's dtype and number of dimensions (0-dim operands promote alike).
+    run_step(kernel, found, at::empty(std::vector<int64_t>(out.dim(), 1), out.options()));
   } catch (const c10::Error&) {
     return "its kernel raises for this dtype";
   }

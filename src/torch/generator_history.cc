@@ -28,27 +28,30 @@ GeneratorHistory::Entry* GeneratorHistory::find_locked(c10::GeneratorImpl* gener
 }
 
 void GeneratorHistory::erase_locked(Entry* entry) {
-  bool owed = entry->owed != 0;
-  if (owed) owing_.fetch_sub(1, std::memory_order_relaxed);
+  if (entry->owed != 0) paid_locked(*entry);
   *entry = std::move(entries_.back());
   entries_.pop_back();
-  if (owed) publish_owing_locked();
 }
 
-void GeneratorHistory::publish_owing_locked() {
-  void* slots[FSDPSKIP_OWING_SLOTS] = {};
-  size_t used = 0;
-  for (Entry& entry : entries_) {
-    if (entry.owed == 0) continue;
-    c10::GeneratorImpl* generator = entry.generator.lock().get();  // an ended one owes no one: left out
-    if (generator == nullptr) continue;
-    if (used == FSDPSKIP_OWING_SLOTS) {
-      slots[0] = FSDPSKIP_OWING_ANY;
-      break;
-    }
-    slots[used++] = generator;
+void GeneratorHistory::owes_locked(Entry& entry, c10::GeneratorImpl* generator) {
+  owing_.fetch_add(1, std::memory_order_relaxed);
+  entry.slot = -1;
+  for (int i = 0; i + 1 < FSDPSKIP_OWING_SLOTS && entry.slot < 0; ++i)
+    if (owing_slots_[i] == nullptr) entry.slot = i;
+  if (entry.slot >= 0) {
+    __atomic_store_n(&owing_slots_[entry.slot], static_cast<void*>(generator), __ATOMIC_RELEASE);
+  } else if (owing_beyond_slots_++ == 0) {
+    __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS - 1], FSDPSKIP_OWING_ANY, __ATOMIC_RELEASE);
   }
-  for (int i = 0; i < FSDPSKIP_OWING_SLOTS; ++i) __atomic_store_n(&owing_slots_[i], slots[i], __ATOMIC_RELEASE);
+}
+
+void GeneratorHistory::paid_locked(Entry& entry) {
+  owing_.fetch_sub(1, std::memory_order_relaxed);
+  if (entry.slot >= 0) {
+    __atomic_store_n(&owing_slots_[entry.slot], static_cast<void*>(nullptr), __ATOMIC_RELEASE);
+  } else if (--owing_beyond_slots_ == 0) {
+    __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS - 1], static_cast<void*>(nullptr), __ATOMIC_RELEASE);
+  }
 }
 
 void GeneratorHistory::settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry) {
@@ -60,8 +63,7 @@ void GeneratorHistory::settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry) {
     regenerate_times(state.state_.data(), entry.owed);
     set_engine_state(cpu, state);
     entry.owed = 0;
-    owing_.fetch_sub(1, std::memory_order_relaxed);
-    publish_owing_locked();
+    paid_locked(entry);
   }
   entry.expected = GeneratorFingerprint(state);
   // Moved by draws not seen: the run's offsets no longer add up to its place.
@@ -84,16 +86,14 @@ void GeneratorHistory::record(const at::Generator& generator, uint64_t draws, Sk
     snapshot->start = snapshot->cursor = state;
     snapshot->cursor_draws = 0;
     entry = &entries_.emplace_back(Entry{c10::weak_intrusive_ptr<c10::GeneratorImpl>(generator.getIntrusivePtr()),
-                                         std::move(snapshot), 0, 0, GeneratorFingerprint()});
+                                         std::move(snapshot), 0, 0, GeneratorFingerprint(), -1});
   }
   call.snapshot = entry->snapshot;
   call.offset = entry->offset;
   entry->offset += draws;
   uint64_t regenerations = move_place(state, draws);
-  bool begins = regenerations != 0 && entry->owed == 0;
-  if (begins) owing_.fetch_add(1, std::memory_order_relaxed);
+  if (regenerations != 0 && entry->owed == 0) owes_locked(*entry, cpu);
   entry->owed += regenerations;
-  if (begins) publish_owing_locked();
   set_engine_state(cpu, state);
   entry->expected = GeneratorFingerprint(state);
 }

@@ -9,10 +9,9 @@
 // that runs, torch.get_rng_state() (CPUGeneratorImpl::get_state), the end of
 // loading. A reseed or a set state (set_current_seed, seed, set_state) makes
 // the debt moot. So the generator's state is the one it would have had
-// without fsdpskip wherever it can be read; a draw fsdpskip does not see
-// (randperm, random_, bernoulli_) between a skip and the next payment takes
-// its values from a state that many regenerations earlier, and leaves the
-// generator where it would be without fsdpskip all the same.
+// without fsdpskip wherever it can be read, and every draw (randperm,
+// random_, bernoulli_: CPUGeneratorImpl::random and random64, rows of the
+// hook table) pays first.
 //
 // Thread-safe, by a lock of its own, taken after a generator's (torch's rule:
 // whoever reads or moves a generator's engine holds generator->mutex_) and
@@ -84,11 +83,16 @@ class GeneratorHistory {
     uint64_t offset;                // outputs drawn past the snapshot's start
     uint64_t owed;                  // regenerations not yet made
     GeneratorFingerprint expected;  // the state after the last skipped call or payment
+    int slot;                       // its owing_slots_ index while it owes; -1: counted in owing_beyond_slots_
   };
   Entry* find_locked(c10::GeneratorImpl* generator);
   void erase_locked(Entry* entry);
-  // owing_slots_ from the entries that owe.
-  void publish_owing_locked();
+  // A debt begins or ends: the entry's generator gets a slot of its own in
+  // owing_slots_ (or, all taken, the last slot reads ANY) or gives it up.
+  // Each happens under the generator's own mutex, which a draw holds too,
+  // and no other generator's slot moves: a draw never misses a debt.
+  void owes_locked(Entry& entry, c10::GeneratorImpl* generator);
+  void paid_locked(Entry& entry);
   // Pays `entry`'s debt into `cpu`, whose lock the caller holds.
   void settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry);
 
@@ -96,7 +100,10 @@ class GeneratorHistory {
   std::vector<Entry> entries_;
   std::shared_ptr<GeneratorSnapshot> spare_;
   std::atomic<size_t> owing_{0};  // entries whose owed is not 0
-  void* owing_slots_[FSDPSKIP_OWING_SLOTS] = {};  // written with release stores, under mutex_
+  // Written with release stores, under mutex_. The last one is ANY while
+  // owing_beyond_slots_ generators owe without a slot.
+  void* owing_slots_[FSDPSKIP_OWING_SLOTS] = {};
+  size_t owing_beyond_slots_ = 0;
 };
 
 }  // namespace fsdpskip

@@ -156,6 +156,18 @@ const fsdpskip_plugin kPlugin = {
         stop_unless_sendable(Tracker::instance().sending(list), collective_text(compat::backend(group), collective, -1));
       });
     },
+    [](const void* tensors) noexcept {
+      guarded("receiving", [&] {
+        const auto& list = *static_cast<const std::vector<at::Tensor>*>(tensors);
+        // Only a call gloo accepts (checkSingleTensor): one dense tensor,
+        // contiguous in its memory format. Any other raises, and its
+        // storage must keep its recipe.
+        if (list.size() != 1 || list[0].layout() != c10::kStrided ||
+            !list[0].is_contiguous(list[0].suggest_memory_format()))
+          return;
+        Tracker::instance().broadcast_started(list);
+      });
+    },
     [](const void* buffer, size_t bytes) noexcept {
       guarded("received", [&] { Tracker::instance().received(buffer, bytes); });
     },

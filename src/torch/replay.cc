@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 
@@ -88,6 +90,7 @@ SkippedCall describe_call(fsdpskip_kernel kernel, const at::Tensor& self, const 
 
 void replay(c10::StorageImpl* storage, const SkippedCalls& calls) {
   OwnKernels own;
+  at::RecordFunctionGuard unprofiled(false);  // the profiler sees the program's kernels, not a replay's
   for (const SkippedCall& call : calls) {
     at::Tensor written = view_of(storage, call.written);
     switch (call.kernel) {
@@ -104,7 +107,8 @@ void replay(c10::StorageImpl* storage, const SkippedCalls& calls) {
       case FSDPSKIP_FILL: written.fill_(call.value); break;
       case FSDPSKIP_COPY: {
         // The source as it was then, rebuilt in scratch memory of its size.
-        at::Tensor scratch = at::empty({static_cast<int64_t>(call.source->bytes)},
+        // Zeros: a recipe that begins with a partial write holds zeros elsewhere.
+        at::Tensor scratch = at::zeros({static_cast<int64_t>(call.source->bytes)},
                                        at::TensorOptions().dtype(at::kByte).device(storage->device()));
         c10::StorageImpl* source = scratch.storage().unsafeGetStorageImpl();
         replay(source, call.source->calls);

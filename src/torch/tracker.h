@@ -88,14 +88,14 @@ class Tracker {
   fsdpskip_verdict decide_chain(fsdpskip_kernel kernel, const at::Tensor& self, const at::Tensor& out,
                                 const fsdpskip_call_arguments& arguments);
   // After a SKIP: counts the call, records the storage as pending (once)
-  // with the call, for its replay (`arguments` nullptr: one that cannot be
-  // replayed), and makes it read as zeros; a skipped normal_ or uniform_ (its
-  // generator argument passed) moves its generator by the draws it would
-  // have made (generator_history.h: owing their regenerations).
+  // with the call and its `arguments`, for its replay, and guards its
+  // pages; a skipped normal_ or uniform_ (its generator argument passed)
+  // moves its generator by the draws it would have made
+  // (generator_history.h: owing their regenerations).
   // Returns false when the storage cannot be skipped after all (its record
   // went meanwhile): the caller runs the kernel on self.
-  bool skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator = nullptr,
-               const fsdpskip_call_arguments* arguments = nullptr);
+  bool skipped(fsdpskip_kernel kernel, const at::Tensor& self, const compat::GeneratorArgument* generator,
+               const fsdpskip_call_arguments* arguments);
   // A CPU generator's state is about to be read (reads) or replaced (a
   // reseed, a set state); its caller holds its lock. What it owes is paid
   // first, or dropped.
@@ -132,8 +132,9 @@ class Tracker {
   void set_stop(MaterializeFailed stop) { materialize_failed_ = stop; }
   void requires_grad_set(c10::TensorImpl* tensor);
   void data_set(const at::TensorBase& self);
-  // A broadcast reaching a rank that is not its root: the skipped storages
-  // of its tensors are resolved, and the loading phase ends.
+  // A broadcast reaching a rank that is not its root, or a receive: the
+  // skipped storages its tensors cover whole are resolved (the others
+  // materialized), and the loading phase ends.
   void broadcast_started(const std::vector<at::Tensor>& tensors);
   // c10d::broadcast_coalesced reaching a rank that is not its root (DDP's
   // and FSDP1's sync): it writes every tensor it is given, after reading

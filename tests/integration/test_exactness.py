@@ -35,3 +35,15 @@ def test_a_program_ends_as_without_fsdpskip(tmp_path, variant):
     summary = summary_lines("\n".join(rank_lines(done, 1)), 1)
     assert len(summary) == 1 and int(re.search(r"on (\d+) storages", summary[0]).group(1)) > 0, summary
     assert "pending 0" in summary[0], summary
+
+
+@pytest.mark.every_torch
+def test_a_receive_keeps_the_saving(tmp_path):
+    """dist.recv into every skipped storage (gloo's recv row): another rank's
+    data writes each whole, so each is resolved by that overwrite, never
+    materialized; the values are checked above (recv_then_steps)."""
+    done, _ = job(tmp_path, "recv_then_steps", FSDPSKIP="on")
+    [summary] = summary_lines("\n".join(rank_lines(done, 1)), 1)
+    skipped = int(re.search(r"on (\d+) storages", summary).group(1))
+    assert skipped > 0 and "resolved by overwrite %d," % skipped in summary, summary
+    assert "materialized" not in summary, summary

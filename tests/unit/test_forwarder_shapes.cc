@@ -437,6 +437,26 @@ const std::map<std::string, Check>& checks() {
          calls.original("ProcessGroupGloo::send", &group, {&tensors}, {}, {3, 7});
          calls.plugin({{"sending", 0, {&group, &tensors}}});
        }},
+      {"gloo_recv",
+       [](const Row&) {
+         c10d::ProcessGroupGloo group;
+         std::vector<at::Tensor> tensors(2);
+         Calls calls(FSDPSKIP_RUN);
+         c10::intrusive_ptr<c10d::Work> work = group.recv(tensors, 3, 7);
+         EXPECT_EQ(work.target, shape_original_work()) << "the result did not come back";
+         calls.original("ProcessGroupGloo::recv", &group, {&tensors}, {}, {3, 7});
+         calls.plugin({{"receiving", -1, {&tensors}}});
+       }},
+      {"gloo_recv_anysource",
+       [](const Row&) {
+         c10d::ProcessGroupGloo group;
+         std::vector<at::Tensor> tensors(2);
+         Calls calls(FSDPSKIP_RUN);
+         c10::intrusive_ptr<c10d::Work> work = group.recvAnysource(tensors, 7);
+         EXPECT_EQ(work.target, shape_original_work()) << "the result did not come back";
+         calls.original("ProcessGroupGloo::recvAnysource", &group, {&tensors}, {}, {7});
+         calls.plugin({{"receiving", -1, {&tensors}}});
+       }},
       {"gloo_scatter",
        [](const Row&) {
          c10d::ProcessGroupGloo group;

@@ -367,6 +367,40 @@ TEST(RandomDraws, AChainOfStepsJoinsTheRecipe) {
   }
 }
 
+// The generators that owe, as the preload's draw forwarder reads them: each
+// keeps its own slot until its debt ends, whatever the others do (a draw
+// reading the slots one by one never misses one that moved), and those
+// beyond the slots make the last read ANY.
+TEST(RandomDraws, OwingGeneratorsKeepTheirSlots) {
+  Tracker& tracker = Tracker::instance();
+  tracker.start(nullptr);
+  tracker.set_policy(true, false, FSDPSKIP_LOG_QUIET, FSDPSKIP_STACKS_NATIVE, true);
+  void* const* slots = tracker.owing_generators();
+  std::vector<at::Generator> generators;
+  std::vector<at::Tensor> params;
+  for (int i = 0; i < FSDPSKIP_OWING_SLOTS + 1; ++i) {
+    generators.push_back(at::make_generator<at::CPUGeneratorImpl>(i + 1));
+    compat::GeneratorArgument argument(generators.back());
+    params.push_back(torch::empty({2000, 1000}));  // 2M draws: thousands of regenerations owed
+    tracker.tag(compat::storage_of(params.back().unsafeGetTensorImpl()));
+    ASSERT_EQ(tracker.decide_init(FSDPSKIP_NORMAL, params.back(), &argument), FSDPSKIP_SKIP);
+    fsdpskip_call_arguments arguments{0.0, 1.0, nullptr, false, {}};
+    ASSERT_TRUE(tracker.skipped(FSDPSKIP_NORMAL, params.back(), &argument, &arguments));
+  }
+  auto impl = [&](int i) -> void* { return generators[i].unsafeGetGeneratorImpl(); };
+  for (int i = 0; i + 1 < FSDPSKIP_OWING_SLOTS; ++i) EXPECT_EQ(slots[i], impl(i)) << "slot " << i;
+  EXPECT_EQ(slots[FSDPSKIP_OWING_SLOTS - 1], FSDPSKIP_OWING_ANY) << "two owe beyond the slots";
+  read_state(generators[1]);  // pays
+  EXPECT_EQ(slots[0], impl(0)) << "the others stay where they were";
+  EXPECT_EQ(slots[1], nullptr);
+  EXPECT_EQ(slots[2], impl(2));
+  read_state(generators[FSDPSKIP_OWING_SLOTS - 1]);
+  EXPECT_EQ(slots[FSDPSKIP_OWING_SLOTS - 1], FSDPSKIP_OWING_ANY) << "one still owes beyond the slots";
+  for (const at::Generator& generator : generators) read_state(generator);
+  for (int i = 0; i < FSDPSKIP_OWING_SLOTS; ++i) EXPECT_EQ(slots[i], nullptr) << "slot " << i;
+  for (const at::Tensor& param : params) tracker.materialize(param, "a test");
+}
+
 // A chain step that cannot be replayed (its operand a tensor of many
 // elements) or whose storage is not skipped is not skipped: the kernel runs. NCCL's C API sending a buffer over a
 // skipped storage is named. In audit mode every init ran: what is sent is
