@@ -135,7 +135,7 @@ def main():
     else:
         report_not_applicable("chain (erfinv_, mul_, add_, clamp_)", "not used by this torch's trunc_normal_")
         report_not_applicable("comparisons (lt, gt, bitwise_or, any)",
-                              "its rejection test reads what it drew: materialized there (nothing saved)")
+                              "its rejection test reads what it drew at once: its draws run (nothing saved)")
 
     # torch's own argument checks still raise on a skipped call.
     kept.append(placeholder())

@@ -1,5 +1,6 @@
 // Verdicts: whether an init, fill or copy of a tagged storage runs, is
 // skipped, audited or zeroed lazily, as the trace log tells it.
+#include "python_frames.h"
 #include "tracker_detail.h"
 
 namespace fsdpskip {
@@ -16,12 +17,39 @@ fsdpskip_verdict Tracker::traced(fsdpskip_kernel kernel, const at::Tensor& tenso
   return verdict;
 }
 
+namespace {
+
+// From torch 2.12, trunc_normal_ is rejection sampling in Python: its
+// normal_ (or, for narrow bounds, uniform_) is read at once by its test, so
+// a skip would be materialized a moment later, at more than the draw's
+// cost. A draw whose innermost Python frame is trunc_normal_'s own (in
+// torch/nn/init.py) runs instead. Saving only: a draw it does not
+// recognise (a LibTorch program, a copy of the function) is deferred and
+// materialized, exactly all the same.
+bool drawn_for_rejection_sampling() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 12)
+  std::vector<PythonFrame> innermost;
+  append_python_frames(&innermost, 1);
+  if (innermost.empty()) return false;
+  const std::string& file = innermost[0].file;
+  const std::string& function = innermost[0].function;
+  static const std::string kInit = "torch/nn/init.py";
+  return file.size() >= kInit.size() && file.compare(file.size() - kInit.size(), kInit.size(), kInit) == 0 &&
+         function.find("trunc_normal") != std::string::npos;
+#else
+  return false;  // up to 2.11 it is uniform_ and chain steps, which join the recipe
+#endif
+}
+
+}  // namespace
+
 fsdpskip_verdict Tracker::decide_init(fsdpskip_kernel kernel, const at::Tensor& self,
                                       const compat::GeneratorArgument* generator) {
   if (is_random(kernel)) {
     if (probing_random_kernels()) return FSDPSKIP_RUN;
     fsdpskip_verdict verdict =
         random_draws(kernel, self) ? decide_init_untraced(self, false) : FSDPSKIP_RUN;
+    if (verdict == FSDPSKIP_SKIP && drawn_for_rejection_sampling()) verdict = FSDPSKIP_RUN;
     // A kernel that draws pays what its generator owes first; a skipped one
     // adds to it (skipped()).
     if (verdict != FSDPSKIP_SKIP && generator != nullptr && generators_.owing()) pay_before_drawing(self, *generator);
