@@ -51,6 +51,8 @@ typedef enum fsdpskip_kernel {
 
 #define FSDPSKIP_OWING_SLOTS 4
 #define FSDPSKIP_OWING_ANY ((void*)1)
+// After the slots, one word: non-NULL while any generator owes.
+#define FSDPSKIP_OWING_WORDS (FSDPSKIP_OWING_SLOTS + 1)
 
 // What a kernel's call on a skipped storage means (kernels.def's role).
 typedef enum fsdpskip_kernel_role {
@@ -154,6 +156,15 @@ typedef struct fsdpskip_host {
   int world_size;               // the job's ranks, -1 when unknown
   int local_world_size;         // this node's ranks, -1 when unknown
   const char* report_template;  // FSDPSKIP_REPORT, or NULL
+  // FSDPSKIP_OWING_WORDS words of the preload's: in FSDPSKIP_OWING_SLOTS
+  // slots, the CPU generators that owe a skipped init's draws now (NULL:
+  // empty; FSDPSKIP_OWING_ANY, in the last: more than the others hold),
+  // then a word that is non-NULL while any does. The plugin writes them,
+  // with release stores; the preload's draw forwarders (CPUGeneratorImpl::
+  // random and random64, which every draw of every kernel passes through)
+  // test the last word, and tell generator_touched only of a draw from a
+  // generator found in a slot.
+  void** owing_generators;
 } fsdpskip_host;
 
 // The plugin's callbacks, called by the interposers (src/preload/interposers.cc)
@@ -290,13 +301,6 @@ typedef struct fsdpskip_plugin {
   // How many of the plugin's pages are guarded now (0: a system call needs
   // no look at its buffers).
   size_t (*guarded_count)(void);
-  // The CPU generators that owe a skipped init's draws now, in
-  // FSDPSKIP_OWING_SLOTS slots the plugin rewrites (NULL: empty;
-  // FSDPSKIP_OWING_ANY: more than the slots hold), read with acquire loads:
-  // a draw (CPUGeneratorImpl::random, random64) tells generator_touched
-  // only about a generator found there, since every draw of every kernel
-  // passes through it.
-  void* const* owing_generators;
 } fsdpskip_plugin;
 
 #define FSDPSKIP_PLUGIN_ENTRY "fsdpskip_plugin_load"

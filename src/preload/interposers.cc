@@ -237,19 +237,25 @@ using GeneratorReseeded = GeneratorCall<id, false, uint64_t>;
 template <HookId id, fsdpskip_kernel>
 using GeneratorStateSet = GeneratorCall<id, false, void, const void*>;
 // at::CPUGeneratorImpl::random(this) and random64(this): every draw of every
-// kernel. The plugin is told only of a draw from a generator that owes.
-inline bool owes(const fsdpskip_plugin* plugin, const void* generator) {
+// kernel, so its path is a few loads of this library's own words and the
+// original's call. The plugin is told only of a draw from a generator that
+// owes (the draw holds the generator's mutex, under which its debt was
+// published).
+inline bool owes(const void* generator) {
+  if (__builtin_expect(__atomic_load_n(&g_owing_generators[FSDPSKIP_OWING_SLOTS], __ATOMIC_ACQUIRE) == nullptr, 1))
+    return false;
+  bool found = false;
   for (int i = 0; i < FSDPSKIP_OWING_SLOTS; ++i) {
-    void* slot = __atomic_load_n(&plugin->owing_generators[i], __ATOMIC_ACQUIRE);
-    if (slot == generator || slot == FSDPSKIP_OWING_ANY) return true;
+    void* slot = __atomic_load_n(&g_owing_generators[i], __ATOMIC_ACQUIRE);
+    found |= slot == generator || slot == FSDPSKIP_OWING_ANY;
   }
-  return false;
+  return found;
 }
 template <HookId id, typename Result>
 struct GeneratorDrawCall {
   static Result forward(void* generator) {
-    const fsdpskip_plugin* plugin = active_plugin();
-    if (plugin != nullptr && owes(plugin, generator)) plugin->generator_touched(generator, true);
+    if (__builtin_expect(owes(generator), 0))
+      if (const fsdpskip_plugin* plugin = active_plugin()) plugin->generator_touched(generator, true);
     return original_as<Result (*)(void*)>(id)(generator);
   }
 };

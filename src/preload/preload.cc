@@ -22,6 +22,7 @@
 namespace fsdpskip {
 
 std::atomic<bool> g_routed{false};
+void* g_owing_generators[FSDPSKIP_OWING_WORDS] = {};
 Options g_options;
 
 namespace {
@@ -44,8 +45,9 @@ std::atomic<bool> g_forked_mid_load{false};
 char g_report_template[PATH_MAX];
 char g_plugin_override[PATH_MAX];
 char g_plugin_cache[PATH_MAX];  // the user's plugin directory ("" when HOME and XDG_CACHE_HOME are not absolute)
-fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI, say_text, false, FSDPSKIP_MODE_ON, FSDPSKIP_LOG_SUMMARY,
-                       FSDPSKIP_STACKS_PYTHON, FSDPSKIP_ON_PENDING_WARN, -1, -1, -1, -1, nullptr};
+fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI,      say_text, false, FSDPSKIP_MODE_ON, FSDPSKIP_LOG_SUMMARY,
+                       FSDPSKIP_STACKS_PYTHON,   FSDPSKIP_ON_PENDING_WARN, -1, -1, -1, -1, nullptr,
+                       g_owing_generators};
 
 // Decisions are made one at a time, under this lock; it is never held while
 // torch, the plugin's loading or the dynamic linker runs.

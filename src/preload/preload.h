@@ -15,6 +15,8 @@ namespace fsdpskip {
 // during shutdown forward to the original. A flag and nothing more (what the
 // active path reads is published by its own acquire and release): relaxed.
 extern std::atomic<bool> g_routed __attribute__((visibility("hidden")));
+// The generators that owe (fsdpskip_host.owing_generators), written by the plugin.
+extern void* g_owing_generators[FSDPSKIP_OWING_WORDS] __attribute__((visibility("hidden")));
 inline bool routed() { return g_routed.load(std::memory_order_relaxed); }
 extern Options g_options;  // the current decision
 

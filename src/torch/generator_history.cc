@@ -33,6 +33,12 @@ void GeneratorHistory::erase_locked(Entry* entry) {
   entries_.pop_back();
 }
 
+void GeneratorHistory::publish_owing_to(void** slots) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int i = 0; i < FSDPSKIP_OWING_WORDS; ++i) __atomic_store_n(&slots[i], owing_slots_[i], __ATOMIC_RELEASE);
+  owing_slots_ = slots;
+}
+
 void GeneratorHistory::owes_locked(Entry& entry, c10::GeneratorImpl* generator) {
   owing_.fetch_add(1, std::memory_order_relaxed);
   entry.slot = -1;
@@ -43,6 +49,7 @@ void GeneratorHistory::owes_locked(Entry& entry, c10::GeneratorImpl* generator) 
   } else if (owing_beyond_slots_++ == 0) {
     __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS - 1], FSDPSKIP_OWING_ANY, __ATOMIC_RELEASE);
   }
+  __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS], FSDPSKIP_OWING_ANY, __ATOMIC_RELEASE);
 }
 
 void GeneratorHistory::paid_locked(Entry& entry) {
@@ -52,6 +59,7 @@ void GeneratorHistory::paid_locked(Entry& entry) {
   } else if (--owing_beyond_slots_ == 0) {
     __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS - 1], static_cast<void*>(nullptr), __ATOMIC_RELEASE);
   }
+  if (!owing()) __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS], static_cast<void*>(nullptr), __ATOMIC_RELEASE);
 }
 
 void GeneratorHistory::settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry) {

@@ -69,7 +69,10 @@ class GeneratorHistory {
   // True while some generator owes regenerations: the one test the hot paths make.
   bool owing() const { return owing_.load(std::memory_order_relaxed) != 0; }
   // Which generators owe, for the preload's draw forwarders to read
-  // (plugin_abi.h's owing_generators): rewritten whenever a debt begins or ends.
+  // (plugin_abi.h's owing_generators): rewritten whenever a debt begins or
+  // ends, into `slots` (FSDPSKIP_OWING_WORDS words) once given, before any
+  // debt; into words of its own until then (unit tests).
+  void publish_owing_to(void** slots);
   void* const* owing_slots() { return owing_slots_; }
   // The regenerations `generator` owes (tests).
   uint64_t owed(c10::GeneratorImpl* generator);
@@ -102,7 +105,8 @@ class GeneratorHistory {
   std::atomic<size_t> owing_{0};  // entries whose owed is not 0
   // Written with release stores, under mutex_. The last one is ANY while
   // owing_beyond_slots_ generators owe without a slot.
-  void* owing_slots_[FSDPSKIP_OWING_SLOTS] = {};
+  void* own_slots_[FSDPSKIP_OWING_WORDS] = {};
+  void** owing_slots_ = own_slots_;
   size_t owing_beyond_slots_ = 0;
 };
 

@@ -196,7 +196,6 @@ const fsdpskip_plugin kPlugin = {
       return guarded("touched", false, [&] { return Tracker::instance().touched(address, bytes, fault, access); });
     },
     []() noexcept { return OwnedPages::instance().guarded_count(); },
-    nullptr,  // owing_generators: the tracker's, given at load
 };
 
 }  // namespace
@@ -224,10 +223,6 @@ extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpski
   Tracker::instance().set_policy(host->active, host->mode == FSDPSKIP_MODE_AUDIT, host->log_level, host->stacks,
                                  false);
   host->say(FSDPSKIP_MESSAGE_DEBUG, ("Python frames: " + Tracker::instance().python_found()).c_str());
-  static const fsdpskip_plugin plugin = [] {
-    fsdpskip_plugin loaded = kPlugin;
-    loaded.owing_generators = Tracker::instance().owing_generators();
-    return loaded;
-  }();
-  return &plugin;
+  Tracker::instance().publish_owing_generators(host->owing_generators);
+  return &kPlugin;
 }

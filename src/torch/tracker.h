@@ -100,7 +100,9 @@ class Tracker {
   // reseed, a set state); its caller holds its lock. What it owes is paid
   // first, or dropped.
   void generator_touched(c10::GeneratorImpl* generator, bool reads);
-  // The slots of the generators that owe (plugin_abi.h's owing_generators).
+  // Where the generators that owe are published (the preload's
+  // owing_generators, plugin_abi.h), before any is; and where they are.
+  void publish_owing_generators(void** slots) { generators_.publish_owing_to(slots); }
   void* const* owing_generators() { return generators_.owing_slots(); }
   // The regenerations `generator` owes (tests).
   uint64_t owed_regenerations(c10::GeneratorImpl* generator) { return generators_.owed(generator); }
