@@ -188,16 +188,20 @@ def share_memory_before_sync(rank):
 
 def trunc_normal_sent_and_read(rank):
     """trunc_normal_ (up to torch 2.11 uniform_ and steps that join its
-    recipe; from 2.12 rejection sampling), converted to half and read by an
-    EMA before the sync, and sent by rank 1 (a source replays the steps)."""
+    recipe; from 2.12 rejection sampling, whose draws run), converted to
+    half and read by an EMA before the sync, and sent by rank 1 (a source
+    replays the steps); beside it a normal_ parameter, skipped on every torch."""
     a, b = nn.Parameter(torch.empty(256, 256)), nn.Parameter(torch.empty(256, 256))
+    c = nn.Parameter(torch.empty(256, 256))
     nn.init.trunc_normal_(a, std=0.02)
     nn.init.trunc_normal_(b, std=0.02, a=-0.03, b=0.05)
+    nn.init.normal_(c, std=0.02)
     half = a.detach().half()
     ema = [b.detach() * 1.0]
     dist.broadcast(given(a.data), src=1)
     dist.broadcast(given(b.data), src=0)
-    return [a, b, half] + ema
+    dist.broadcast(given(c.data), src=1)
+    return [a, b, c, half] + ema
 
 
 VARIANTS = {name: fn for name, fn in globals().items() if callable(fn) and name not in
