@@ -59,21 +59,23 @@ const char* describe_step(fsdpskip_kernel kernel, const at::Tensor& out, const f
     if (arguments.operands[1]) found.min = *scalar_at(arguments.operands[1]);
     if (arguments.operands[2]) found.max = *scalar_at(arguments.operands[2]);
   }
-  try {
-    OwnKernels own;
-    at::RecordFunctionGuard unprofiled(false);
-    // One element, of out's dtype and number of dimensions (0-dim operands promote alike).
-    run_step(kernel, found, at::empty(std::vector<int64_t>(out.dim(), 1), out.options()));
-  } catch (const c10::Error&) {
-    return "its kernel raises for this dtype";
-  }
-  if (step != nullptr) {
-    *step = std::move(found);
-    if (scalar != nullptr) {
-      // A copy: a later write to the caller's tensor cannot change the recipe.
-      step->scalar = scalar->detach().clone();
-      step->scalar.unsafeGetTensorImpl()->set_wrapped_number(scalar->unsafeGetTensorImpl()->is_wrapped_number());
+  if (step == nullptr) {
+    // Deciding: the trial, once per call.
+    try {
+      OwnKernels own;
+      at::RecordFunctionGuard unprofiled(false);
+      // One element, of out's dtype and number of dimensions (0-dim operands promote alike).
+      run_step(kernel, found, at::empty(std::vector<int64_t>(out.dim(), 1), out.options()));
+    } catch (const c10::Error&) {
+      return "its kernel raises for this dtype";
     }
+    return nullptr;
+  }
+  *step = std::move(found);
+  if (scalar != nullptr) {
+    // A copy: a later write to the caller's tensor cannot change the recipe.
+    step->scalar = scalar->detach().clone();
+    step->scalar.unsafeGetTensorImpl()->set_wrapped_number(scalar->unsafeGetTensorImpl()->is_wrapped_number());
   }
   return nullptr;
 }

@@ -23,11 +23,12 @@ struct ChainStep {
 };
 
 // Why `kernel`'s call with `arguments` (operands: its impl's self, then the
-// others), writing `out`, cannot join out's recipe: it does not rewrite out
-// in place with scalar operands, or its kernel raises for out's dtype when
-// it runs (erfinv_ on half in torch 1.13; tried on one element, so that
-// such a call runs, and raises). nullptr when it can; `step`, when given,
-// is then filled in.
+// others), writing `out`, cannot join out's recipe, or nullptr when it can.
+// Deciding (`step` nullptr): it does not rewrite out in place with scalar
+// operands, or its kernel raises for out's dtype when it runs (erfinv_ on
+// half in torch 1.13; tried on one element, so that such a call runs, and
+// raises). Recording a call so decided (`step` given): only the first, and
+// `step` is filled in.
 const char* describe_step(fsdpskip_kernel kernel, const at::Tensor& out, const fsdpskip_call_arguments& arguments,
                           ChainStep* step);
 
