@@ -249,6 +249,22 @@ void check_structured(const Row& row, const char* name, const std::function<void
   }
 }
 
+// A gloo point-to-point call on a vector of tensors (send, recv,
+// recvAnysource): the original gets the vector and `integers` (the peer's
+// rank, the tag); the plugin is told that the tensors leave (`sends`) or
+// that another rank's data will write them.
+template <typename Call>
+void check_point_to_point(const char* name, Call call, std::vector<long> integers, bool sends) {
+  c10d::ProcessGroupGloo group;
+  std::vector<at::Tensor> tensors(2);
+  Calls calls(FSDPSKIP_RUN);
+  c10::intrusive_ptr<c10d::Work> work = call(group, tensors);
+  EXPECT_EQ(work.target, shape_original_work()) << "the result did not come back";
+  calls.original(name, &group, {&tensors}, {}, integers);
+  if (sends) calls.plugin({{"sending", 0, {&group, &tensors}}});
+  else calls.plugin({{"receiving", -1, {&tensors}}});
+}
+
 template <typename Group>
 void check_broadcast(const char* name) {
   Group group;
@@ -429,33 +445,21 @@ const std::map<std::string, Check>& checks() {
        }},
       {"gloo_send",
        [](const Row&) {
-         c10d::ProcessGroupGloo group;
-         std::vector<at::Tensor> tensors(2);
-         Calls calls(FSDPSKIP_RUN);
-         c10::intrusive_ptr<c10d::Work> work = group.send(tensors, 3, 7);
-         EXPECT_EQ(work.target, shape_original_work()) << "the result did not come back";
-         calls.original("ProcessGroupGloo::send", &group, {&tensors}, {}, {3, 7});
-         calls.plugin({{"sending", 0, {&group, &tensors}}});
+         check_point_to_point(
+             "ProcessGroupGloo::send", [](auto& group, auto& tensors) { return group.send(tensors, 3, 7); }, {3, 7},
+             true);
        }},
       {"gloo_recv",
        [](const Row&) {
-         c10d::ProcessGroupGloo group;
-         std::vector<at::Tensor> tensors(2);
-         Calls calls(FSDPSKIP_RUN);
-         c10::intrusive_ptr<c10d::Work> work = group.recv(tensors, 3, 7);
-         EXPECT_EQ(work.target, shape_original_work()) << "the result did not come back";
-         calls.original("ProcessGroupGloo::recv", &group, {&tensors}, {}, {3, 7});
-         calls.plugin({{"receiving", -1, {&tensors}}});
+         check_point_to_point(
+             "ProcessGroupGloo::recv", [](auto& group, auto& tensors) { return group.recv(tensors, 3, 7); }, {3, 7},
+             false);
        }},
       {"gloo_recv_anysource",
        [](const Row&) {
-         c10d::ProcessGroupGloo group;
-         std::vector<at::Tensor> tensors(2);
-         Calls calls(FSDPSKIP_RUN);
-         c10::intrusive_ptr<c10d::Work> work = group.recvAnysource(tensors, 7);
-         EXPECT_EQ(work.target, shape_original_work()) << "the result did not come back";
-         calls.original("ProcessGroupGloo::recvAnysource", &group, {&tensors}, {}, {7});
-         calls.plugin({{"receiving", -1, {&tensors}}});
+         check_point_to_point(
+             "ProcessGroupGloo::recvAnysource",
+             [](auto& group, auto& tensors) { return group.recvAnysource(tensors, 7); }, {7}, false);
        }},
       {"gloo_scatter",
        [](const Row&) {
