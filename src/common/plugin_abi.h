@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 14  // 14: a chain step is a kernel of its own, with its operands; owing_generators; receiving
+#define FSDPSKIP_PLUGIN_ABI 15  // 15: nccl_transfer (root and rank told; the plugin decides the side)
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=" and this number), so a plugin
@@ -141,6 +141,24 @@ typedef struct fsdpskip_call_arguments {
 // The preload's current decision. The preload owns it and rewrites it under
 // its own lock whenever the program changes a policy variable (setenv,
 // os.environ), then calls the plugin's policy_changed().
+// What a call of NCCL's C API moves (fsdpskip_nccl_call's transfer).
+typedef enum fsdpskip_transfer {
+  FSDPSKIP_TRANSFER_BROADCAST,  // the root's data to every other rank of the communicator
+  FSDPSKIP_TRANSFER_SEND,       // this rank's data to a peer
+  FSDPSKIP_TRANSFER_RECEIVE,    // a peer's data into this rank's memory
+} fsdpskip_transfer;
+
+// One call of NCCL's C API, read from its arguments.
+typedef struct fsdpskip_nccl_call {
+  const char* name;  // "ncclBcast", ...
+  fsdpskip_transfer transfer;
+  const void* send;  // what leaves this rank where it sends (a broadcast's root, a send)
+  void* receive;     // what a peer's data writes where it receives
+  size_t bytes;      // of each; 0 for a datatype the preload does not know
+  int root;          // a broadcast's root, as a rank of the communicator; else -1
+  int rank;          // this rank's place in the communicator (ncclCommUserRank); -1 when it cannot be told
+} fsdpskip_nccl_call;
+
 typedef struct fsdpskip_host {
   uint32_t abi;
   // Writes one message (no newline) to stderr through the preload's sink:
@@ -237,9 +255,10 @@ typedef struct fsdpskip_plugin {
   // this), whose caller holds its mutex_: a skipped init's draws the
   // generator still owes are made first, or dropped.
   void (*generator_touched)(void* generator, bool reads);
-  // Which side of a collective this rank is on is read from the call itself:
-  // its root against the group's own rank, never from a convention (a
-  // data-parallel group's source may be any rank). A skipped storage about
+  // Which side of a collective this rank is on is decided by the plugin, in
+  // one place (collective_side.h), from the call itself: its root against
+  // the group's own rank, never from a convention (a data-parallel group's
+  // source may be any rank). A skipped storage about
   // to be sent is first given the values it would have had without fsdpskip
   // (its skipped calls replayed); where that cannot be done the process
   // stops before the collective runs, after its summary and report (exit
@@ -265,16 +284,10 @@ typedef struct fsdpskip_plugin {
   // tensors. A skipped storage written whole is resolved, one written in
   // part materialized first, and the loading phase ends.
   void (*receiving)(const void* tensor_vector);
-  // Before an NCCL receive (ncclBcast, ncclBroadcast at a rank that is not
-  // the root, ncclRecv) writes [buffer, buffer + bytes) with a peer's data:
-  // resolves the skipped storages inside it and ends the loading phase.
-  // bytes is 0 for a datatype the preload does not know; buffer may be NULL.
-  void (*received)(const void* buffer, size_t bytes);
-  // Before NCCL sends [buffer, buffer + bytes) (ncclSend, ncclBcast and
-  // ncclBroadcast at their root): a skipped storage inside it cannot be
-  // replayed in order with NCCL's stream here, so the process stops.
-  // (ProcessGroupNCCL::broadcast's root replays before it gets here.)
-  void (*sent_raw)(const void* buffer, size_t bytes, const char* collective);
+  // Before NCCL's C API moves data (ncclBcast, ncclBroadcast, ncclSend,
+  // ncclRecv): the call as the preload saw it, this rank's place included.
+  // The plugin decides which side this rank is on, as it does for c10d.
+  void (*nccl_transfer)(const fsdpskip_nccl_call* call);
   // Before one of training's collectives (ProcessGroupGloo's all-reduce and
   // reduce-scatter, with the tensors they write, a std::vector<at::Tensor>*;
   // NCCL's ncclAllReduce and ncclReduceScatter, tensor_vector NULL and the

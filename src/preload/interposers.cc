@@ -410,15 +410,14 @@ int nccl_rank(void* comm) {
   return rank;
 }
 
-// A broadcast's buffer: written with the root's data on every other rank,
-// sent from it at the root. Where this rank's place cannot be told, its
-// skipped storages in the buffer are treated as sent (the process stops
-// rather than send them) and never as received.
-inline void broadcast_buffer(const fsdpskip_plugin* plugin, const void* send, void* recv, size_t bytes, int root,
-                             void* comm, const char* collective) {
-  int rank = nccl_rank(comm);
-  if (rank >= 0 && rank != root) return plugin->received(recv, bytes);
-  plugin->sent_raw(send, bytes, collective);
+// Tells the plugin what an NCCL call moves, this rank's place included;
+// the plugin decides which side this rank is on.
+inline void tell_nccl_transfer(const char* name, fsdpskip_transfer transfer, const void* send, void* receive,
+                               size_t bytes, int root, void* comm) {
+  const fsdpskip_plugin* plugin = active_plugin();
+  if (plugin == nullptr) return;
+  fsdpskip_nccl_call call = {name, transfer, send, receive, bytes, root, nccl_rank(comm)};
+  plugin->nccl_transfer(&call);
 }
 
 template <HookId id, typename Fn>
@@ -432,8 +431,7 @@ struct NcclBcast {
   static int forward(void* buff, size_t count, int datatype, int root, void* comm, void* stream) {
     auto fn = nccl_original<id, int (*)(void*, size_t, int, int, void*, void*)>();
     if (fn == nullptr) return kNcclSystemError;
-    if (const fsdpskip_plugin* plugin = active_plugin())
-      broadcast_buffer(plugin, buff, buff, nccl_bytes(count, datatype), root, comm, "ncclBcast");
+    tell_nccl_transfer("ncclBcast", FSDPSKIP_TRANSFER_BROADCAST, buff, buff, nccl_bytes(count, datatype), root, comm);
     return fn(buff, count, datatype, root, comm, stream);
   }
 };
@@ -444,8 +442,8 @@ struct NcclBroadcast {
   static int forward(const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream) {
     auto fn = nccl_original<id, int (*)(const void*, void*, size_t, int, int, void*, void*)>();
     if (fn == nullptr) return kNcclSystemError;
-    if (const fsdpskip_plugin* plugin = active_plugin())
-      broadcast_buffer(plugin, send, recv, nccl_bytes(count, datatype), root, comm, "ncclBroadcast");
+    tell_nccl_transfer("ncclBroadcast", FSDPSKIP_TRANSFER_BROADCAST, send, recv, nccl_bytes(count, datatype), root,
+                       comm);
     return fn(send, recv, count, datatype, root, comm, stream);
   }
 };
@@ -457,10 +455,8 @@ struct NcclPointToPoint {
   static int forward(void* buff, size_t count, int datatype, int peer, void* comm, void* stream) {
     auto fn = nccl_original<id, int (*)(void*, size_t, int, int, void*, void*)>();
     if (fn == nullptr) return kNcclSystemError;
-    if (const fsdpskip_plugin* plugin = active_plugin()) {
-      if (kSends) plugin->sent_raw(buff, nccl_bytes(count, datatype), "ncclSend");
-      else plugin->received(buff, nccl_bytes(count, datatype));
-    }
+    if (kSends) tell_nccl_transfer("ncclSend", FSDPSKIP_TRANSFER_SEND, buff, nullptr, nccl_bytes(count, datatype), -1, comm);
+    else tell_nccl_transfer("ncclRecv", FSDPSKIP_TRANSFER_RECEIVE, nullptr, buff, nccl_bytes(count, datatype), -1, comm);
     return fn(buff, count, datatype, peer, comm, stream);
   }
 };

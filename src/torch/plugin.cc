@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "collective_side.h"
 #include "fault_point.h"
 #include "plugin_detail.h"
 
@@ -125,35 +126,37 @@ const fsdpskip_plugin kPlugin = {
     },
     [](const void* group, void* tensors, const void* options) noexcept {
       guarded("broadcast_started", [&] {
-        const auto& list = *static_cast<std::vector<at::Tensor>*>(tensors);
         const compat::CollectiveBackend& backend = compat::backend(group);
         int64_t root = static_cast<const c10d::BroadcastOptions*>(options)->rootRank;
-        // A group of one is its own source: its broadcast writes nothing,
-        // so its skipped storages are materialized as the root's are.
-        if (root != backend.getRank()) return Tracker::instance().broadcast_started(list);
-        stop_unless_sendable(Tracker::instance().sending(list), collective_text(backend, "broadcast", root));
+        Transfer transfer(FSDPSKIP_TRANSFER_BROADCAST, root, backend.getRank());
+        transfer.tensors = *static_cast<std::vector<at::Tensor>*>(tensors);
+        transfer.text = collective_text(backend, "broadcast", root);
+        transfer_started(transfer);
       });
     },
     [](const void* group, const void* tensors, size_t count, int root) noexcept {
       guarded("coalesced_broadcast_started", [&] {
         const c10d::ProcessGroup& process_group = **static_cast<const c10::intrusive_ptr<c10d::ProcessGroup>*>(group);
         const auto* first = static_cast<const at::Tensor*>(tensors);
-        std::vector<at::Tensor> list(first, first + count);
-        if (root != process_group.getRank()) return Tracker::instance().coalesced_broadcast_started(list);
-        stop_unless_sendable(Tracker::instance().sending(list),
-                             collective_text(process_group, "coalesced broadcast", root));
+        Transfer transfer(FSDPSKIP_TRANSFER_BROADCAST, root, process_group.getRank());
+        transfer.tensors.assign(first, first + count);
+        transfer.coalesced = true;
+        transfer.text = collective_text(process_group, "coalesced broadcast", root);
+        transfer_started(transfer);
       });
     },
     [](const void* group, const void* tensors, bool nested, const char* collective) noexcept {
       guarded("sending", [&] {
-        std::vector<at::Tensor> list;
+        const compat::CollectiveBackend& backend = compat::backend(group);
+        Transfer transfer(FSDPSKIP_TRANSFER_SEND, -1, backend.getRank());
         if (nested)
           for (const auto& inner : *static_cast<const std::vector<std::vector<at::Tensor>>*>(tensors))
-            list.insert(list.end(), inner.begin(), inner.end());
+            transfer.tensors.insert(transfer.tensors.end(), inner.begin(), inner.end());
         else
-          list = *static_cast<const std::vector<at::Tensor>*>(tensors);
-        if (list.empty()) return;  // a scatter's inputs are the root's alone
-        stop_unless_sendable(Tracker::instance().sending(list), collective_text(compat::backend(group), collective, -1));
+          transfer.tensors = *static_cast<const std::vector<at::Tensor>*>(tensors);
+        if (transfer.tensors.empty()) return;  // a scatter's inputs are the root's alone
+        transfer.text = collective_text(backend, collective, -1);
+        transfer_started(transfer);
       });
     },
     [](const void* tensors) noexcept {
@@ -165,15 +168,22 @@ const fsdpskip_plugin kPlugin = {
         if (list.size() != 1 || list[0].layout() != c10::kStrided ||
             !list[0].is_contiguous(list[0].suggest_memory_format()))
           return;
-        Tracker::instance().broadcast_started(list);
+        Transfer transfer(FSDPSKIP_TRANSFER_RECEIVE, -1, -1);
+        transfer.tensors = list;
+        transfer_started(transfer);
       });
     },
-    [](const void* buffer, size_t bytes) noexcept {
-      guarded("received", [&] { Tracker::instance().received(buffer, bytes); });
-    },
-    [](const void* buffer, size_t bytes, const char* collective) noexcept {
-      guarded("sent_raw", [&] {
-        stop_unless_sendable(Tracker::instance().sending_raw(buffer, bytes), collective + std::string(" (NCCL's C API)"));
+    [](const fsdpskip_nccl_call* call) noexcept {
+      guarded("nccl_transfer", [&] {
+        Transfer transfer(call->transfer, call->root, call->rank);
+        transfer.raw = true;
+        transfer.send = call->send;
+        transfer.receive = call->receive;
+        transfer.bytes = call->bytes;
+        transfer.text = std::string(call->name) + " (NCCL's C API, " +
+                        (call->root >= 0 ? "root " + std::to_string(call->root) + ", " : "") + "this rank " +
+                        (call->rank >= 0 ? std::to_string(call->rank) : "unknown") + ")";
+        transfer_started(transfer);
       });
     },
     [](const void* tensors, size_t bytes) noexcept {

@@ -53,7 +53,7 @@ struct Expected {
   int kernel;
   std::vector<const void*> pointers;
   size_t bytes = 0;
-  std::vector<double> numbers = {};  // skipped()'s arguments' first and second, where given
+  std::vector<double> numbers = {};  // skipped()'s arguments' first and second, or nccl_transfer's root and rank
 };
 
 class Calls {
@@ -480,7 +480,7 @@ const std::map<std::string, Check>& checks() {
          Calls calls(FSDPSKIP_RUN);
          EXPECT_EQ(ncclSend(buffer, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
          calls.original("ncclSend", buffer, {&comm, &stream}, {}, {kCount, kFloat32, 1});
-         calls.plugin({{"sent_raw", -1, {buffer}, sizeof buffer}});
+         calls.plugin({{"ncclSend", FSDPSKIP_TRANSFER_SEND, {buffer, nullptr}, sizeof buffer, {-1, 0}}});
        }},
       {"nccl_broadcast", [](const Row&) { check_broadcast<c10d::ProcessGroupNCCL>("ProcessGroupNCCL::broadcast"); }},
       {"erfinv",
@@ -607,7 +607,7 @@ const std::map<std::string, Check>& checks() {
            Calls calls(FSDPSKIP_RUN);
            EXPECT_EQ(ncclBcast(buffer, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
            calls.original("ncclBcast", buffer, {&comm, &stream}, {}, {kCount, kFloat32, 1});
-           calls.plugin({{rank == 1 ? "sent_raw" : "received", -1, {buffer}, sizeof buffer}});
+           calls.plugin({{"ncclBcast", FSDPSKIP_TRANSFER_BROADCAST, {buffer, buffer}, sizeof buffer, {1, static_cast<double>(rank)}}});
          }
        }},
       {"nccl_broadcast_c",
@@ -618,7 +618,7 @@ const std::map<std::string, Check>& checks() {
            Calls calls(FSDPSKIP_RUN);
            EXPECT_EQ(ncclBroadcast(send, receive, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
            calls.original("ncclBroadcast", send, {receive, &comm, &stream}, {}, {kCount, kFloat32, 1});
-           calls.plugin({{rank == 1 ? "sent_raw" : "received", -1, {rank == 1 ? send : receive}, sizeof receive}});
+           calls.plugin({{"ncclBroadcast", FSDPSKIP_TRANSFER_BROADCAST, {send, receive}, sizeof receive, {1, static_cast<double>(rank)}}});
          }
        }},
       {"nccl_recv",
@@ -628,7 +628,7 @@ const std::map<std::string, Check>& checks() {
          Calls calls(FSDPSKIP_RUN);
          EXPECT_EQ(ncclRecv(buffer, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
          calls.original("ncclRecv", buffer, {&comm, &stream}, {}, {kCount, kFloat32, 1});
-         calls.plugin({{"received", -1, {buffer}, sizeof buffer}});
+         calls.plugin({{"ncclRecv", FSDPSKIP_TRANSFER_RECEIVE, {nullptr, buffer}, sizeof buffer, {-1, 0}}});
        }},
   };
   return table;

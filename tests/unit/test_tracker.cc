@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective_side.h"
 #include "compat.h"
 #include "tracker.h"
 
@@ -69,6 +70,18 @@ void route_faults_to_the_tracker() {
   };
   action.sa_flags = SA_SIGINFO | SA_NODEFER;
   sigaction(SIGSEGV, &action, nullptr);
+}
+
+// Every transfer's side comes from its call: a broadcast's root and this
+// rank's place. A rank that cannot tell its place, and a group of one, send.
+TEST(CollectiveSide, ReadFromTheCallsRootAndRank) {
+  EXPECT_EQ(side_of(Transfer(FSDPSKIP_TRANSFER_BROADCAST, 1, 0)), Side::kReceives);
+  EXPECT_EQ(side_of(Transfer(FSDPSKIP_TRANSFER_BROADCAST, 0, 1)), Side::kReceives);  // rank 1 of a group whose root is 0
+  EXPECT_EQ(side_of(Transfer(FSDPSKIP_TRANSFER_BROADCAST, 1, 1)), Side::kSends);
+  EXPECT_EQ(side_of(Transfer(FSDPSKIP_TRANSFER_BROADCAST, 0, 0)), Side::kSends);     // a group of one is its own source
+  EXPECT_EQ(side_of(Transfer(FSDPSKIP_TRANSFER_BROADCAST, 0, -1)), Side::kSends);    // its place unknown: never received
+  EXPECT_EQ(side_of(Transfer(FSDPSKIP_TRANSFER_SEND, -1, 0)), Side::kSends);
+  EXPECT_EQ(side_of(Transfer(FSDPSKIP_TRANSFER_RECEIVE, -1, -1)), Side::kReceives);
 }
 
 TEST(Tracker, TaggedStorageIsSkippedThroughEveryView) {
