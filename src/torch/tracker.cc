@@ -1,6 +1,6 @@
-// The tracker's storage table: the records of tagged storages, their
-// lookup, tagging and resolution, the policy, the counters and what is
-// pending at the end (tracker.h; the other jobs are in tracker_*.cc).
+// The tracker's core: the policy, tagging and resolution, the counters and
+// what is pending at the end (tracker.h; the other jobs are in tracker_*.cc,
+// the storages' records in storage_table.cc).
 #include "tracker_detail.h"
 
 namespace fsdpskip {
@@ -69,7 +69,7 @@ void Tracker::start(Say say) {
   // The CPU allocator hands out posix_memalign memory: private anonymous
   // pages. Its deleter identifies that memory later.
   c10::DataPtr sample = c10::GetDefaultCPUAllocator()->allocate(1);
-  cpu_deleter_ = sample.get_deleter();
+  storages_.set_cpu_deleter(sample.get_deleter());
   // The CPython of the Python frames and of python_finalizing(): frees while
   // the interpreter finalizes (module globals cleared) are the process
   // ending, not a resolution.
@@ -84,11 +84,6 @@ bool Tracker::shutting_down() const {
   return shutting_down_.load() || python_finalizing();
 }
 
-bool Tracker::from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const {
-  return storage->device_type() == c10::DeviceType::CPU &&
-         (deleter == cpu_deleter_ || deleter == &c10::free_cpu || OwnedPages::owns(deleter));
-}
-
 void Tracker::log(fsdpskip_message kind, const char* what, const c10::StorageImpl* storage) {
   fsdpskip_log_level least = kind == FSDPSKIP_MESSAGE_TRACE ? FSDPSKIP_LOG_TRACE : FSDPSKIP_LOG_DEBUG;
   if (log_level_ < least || say_ == nullptr) return;
@@ -97,78 +92,25 @@ void Tracker::log(fsdpskip_message kind, const char* what, const c10::StorageImp
   say_(kind, line);
 }
 
-Tracker::Record* Tracker::find_locked(const c10::StorageImpl* storage) {
-  auto& data_ptr = compat::data_ptr(*const_cast<c10::StorageImpl*>(storage));
-  auto found = records_.find(data_ptr.get_context());
-  if (found == records_.end() || found->second.storage != storage) return nullptr;
-  Record& record = found->second;
-  if (record.watched) return record.watched->expired() ? nullptr : &record;
-  return data_ptr.get_deleter() == &tracked_deleter ? &record : nullptr;
-}
-
-c10::DeleterFnPtr Tracker::original_deleter(const Record* record, c10::StorageImpl* storage) const {
-  return record && !record->watched ? record->original_deleter : compat::data_ptr(*storage).get_deleter();
-}
-
-void Tracker::forget_locked(std::unordered_map<void*, Record>::iterator found) {
-  Record& record = found->second;
-  if (record.role == Role::kParameter && record.skipped) {
-    if (shutting_down()) freed_at_shutdown_.push_back(*record.site);
-    else resolve_locked(record, true);
-  }
-  records_.erase(found);
-  tracked_.fetch_sub(1);
-}
-
-void Tracker::sweep_ended_locked() {
-  for (auto it = records_.begin(); it != records_.end();) {
-    auto next = std::next(it);
-    if (it->second.watched && it->second.watched->expired()) forget_locked(it);
-    it = next;
-  }
-}
-
-Tracker::Record* Tracker::track_locked(c10::StorageImpl* storage, Role role) {
-  c10::DataPtr& data_ptr = compat::data_ptr(*storage);
-  void* context = data_ptr.get_context();
-  c10::DeleterFnPtr deleter = data_ptr.get_deleter();
-  // Without a deleter and a context of its own, a storage's end cannot be
-  // observed, so it is never tagged (and never skipped).
-  if (context == nullptr || deleter == nullptr || deleter == &tracked_deleter) return nullptr;
-  auto existing = records_.find(context);
-  if (existing != records_.end()) {
-    if (!existing->second.watched || !existing->second.watched->expired()) return nullptr;
-    forget_locked(existing);  // a watched storage ended; a stranger has its address
-  }
-  bool swap = from_cpu_allocator(storage, deleter);
-  // What may fail (the allocations) comes before the deleter is swapped: a
-  // failure leaves the storage as it was.
-  auto entry = records_.try_emplace(context).first;
-  Record& record = entry->second;
-  record = Record{context, storage, swap ? deleter : nullptr, std::nullopt, role, false, false, nullptr, {}, {}, nullptr};
-  if (!swap) {
-    record.watched.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
-  } else if (!data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) {
-    records_.erase(entry);
-    return nullptr;
-  }
-  tracked_.fetch_add(1);
-  return &record;
+void Tracker::ended_locked(StorageRecord& record) {
+  if (!record.pending()) return;
+  if (shutting_down()) freed_at_shutdown_.push_back(*record.site);
+  else resolve_locked(record, true);
 }
 
 bool Tracker::tag(c10::StorageImpl* storage) {
   if (storage == nullptr || !loading() || !enabled()) return false;
   std::lock_guard<std::mutex> lock(mutex_);
-  Record* record = find_locked(storage);
+  StorageRecord* record = storages_.find(storage);
   bool fresh = record == nullptr;
   // A parameter made before the plugin was loaded (its first): given pages
   // of its own if nothing wrote it yet, so that it can be skipped too.
   c10::DataPtr adopted_from;
-  if (fresh && from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
+  if (fresh && storages_.from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
     adopted_from = OwnedPages::instance().adopt(storage);
-  if (fresh) record = track_locked(storage, Role::kParameter);
+  if (fresh) record = track_locked(storage, StorageState::kTagged);
   if (record != nullptr && adopted_from) record->adopted_from = std::move(adopted_from);
-  if (record == nullptr || record->role != Role::kParameter) return false;
+  if (record == nullptr || !record->parameter()) return false;
   if (fresh) ++stats_[Counter::storages_tagged];
   if (!tagged_any_.exchange(true)) log(FSDPSKIP_MESSAGE_DEBUG, "first tag:", storage);
   return true;
@@ -176,40 +118,32 @@ bool Tracker::tag(c10::StorageImpl* storage) {
 
 bool Tracker::is_tagged(const c10::StorageImpl* storage) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Record* record = find_locked(storage);
-  return record && record->role == Role::kParameter;
+  StorageRecord* record = storages_.find(storage);
+  return record && record->parameter();
 }
 
 bool Tracker::is_pending(const c10::StorageImpl* storage) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Record* record = find_locked(storage);
-  return record && record->role == Role::kParameter && record->skipped;
+  return find_pending_locked(storage) != nullptr;
 }
 
-void Tracker::resolve_locked(Record& record, bool by_free) {
-  if (record.role == Role::kParameter && record.skipped) {
+void Tracker::resolve_locked(StorageRecord& record, bool by_free) {
+  if (record.pending()) {
     ++stats_[by_free ? Counter::resolved_by_free : Counter::resolved_by_overwrite];
-    pending_.fetch_sub(1);
     // Its pages read as zeros until the overwrite writes them (a free
     // unmaps them: OwnedPages::release).
     if (!by_free && OwnedPages::owns(record.original_deleter)) OwnedPages::instance().unguard(record.context);
   }
-  record.role = Role::kReceived;
-  record.skipped = false;
+  storages_.set_state(record, StorageState::kReceived);
   record.calls.clear();
   record.unreplayable = nullptr;
 }
 
-bool Tracker::owned_locked(const Record& record, c10::StorageImpl* storage) const {
-  return !record.watched && OwnedPages::owns(record.original_deleter) && storage->device_type() == c10::DeviceType::CPU;
-}
-
-bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self) {
-  if (record.skipped) return false;
+bool Tracker::mark_skipped_locked(StorageRecord& record, fsdpskip_kernel kernel, const at::Tensor& self) {
+  if (record.pending()) return false;
   // The site is made (it allocates) before anything is committed.
   record.site = site_of(*self.unsafeGetTensorImpl(), *record.storage, kernel);
-  record.skipped = true;
-  pending_.fetch_add(1);
+  storages_.set_state(record, StorageState::kPending);
   ++stats_[Counter::storages_skipped];
   stats_[Counter::bytes_skipped] += record.storage->nbytes();
   return true;
@@ -217,10 +151,11 @@ bool Tracker::mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const 
 
 c10::DeleterFnPtr Tracker::forget(void* context) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto found = records_.find(context);
-  if (found == records_.end() || found->second.watched) return nullptr;
-  c10::DeleterFnPtr original = found->second.original_deleter;
-  forget_locked(found);
+  StorageRecord* record = storages_.find_context(context);
+  if (record == nullptr || record->watched) return nullptr;
+  c10::DeleterFnPtr original = record->original_deleter;
+  ended_locked(*record);
+  storages_.erase(context);
   return original;
 }
 
@@ -228,7 +163,7 @@ Stats Tracker::stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   sweep_ended_locked();
   Stats stats = stats_;
-  stats[Counter::pending_count] = pending_.load();
+  stats[Counter::pending_count] = storages_.pending() + freed_at_shutdown_.size();
   return stats;
 }
 
@@ -236,8 +171,9 @@ std::vector<SkipSite> Tracker::pending() {
   std::lock_guard<std::mutex> lock(mutex_);
   sweep_ended_locked();
   std::vector<SkipSite> result = freed_at_shutdown_;
-  for (auto& entry : records_)
-    if (entry.second.role == Role::kParameter && entry.second.skipped) result.push_back(*entry.second.site);
+  storages_.for_each([&](const StorageRecord& record) {
+    if (record.pending()) result.push_back(*record.site);
+  });
   in_order_made(result);
   return result;
 }

@@ -1,17 +1,8 @@
 // What fsdpskip knows about storages in an active process, and every
-// decision made from it. Only the plugin's C adapter (plugin.cc) and the unit
-// tests call it.
-//
-// A storage is tracked from the moment it matters until its memory is freed.
-// The CPU allocator's storages have their DataPtr's deleter swapped for
-// tracked_deleter, which forgets the record and calls the original: the tag
-// dies exactly with its storage. Any other allocator's deleter is left alone
-// (the CUDA caching allocator recognises its blocks by their deleter: a
-// swapped one would silently turn record_stream off, letting a block be
-// reused while NCCL's stream still reads it); those storages are watched
-// through a weak reference instead, which keeps their StorageImpl's address
-// from being reused and tells, at the next lookup or sweep, that they ended.
-// Either way a later storage at the same address is a stranger.
+// decision made from it: the storages' life (storage_table.h), the loading
+// phase, and what each kernel, copy and collective does to them. Only the
+// plugin's C adapter (plugin.cc, collective_side.cc) and the unit tests call
+// it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -33,23 +24,9 @@
 #include "generator_history.h"
 #include "replay.h"
 #include "skip_stack.h"
+#include "storage_table.h"
 
 namespace fsdpskip {
-
-enum class Role : uint8_t {
-  kParameter,  // a parameter's placeholder on this rank: its inits are skipped
-  kReceived,   // written by a broadcast from rank 0: copies from it resolve
-};
-
-// Where and what a skipped storage was, captured at its first skip, so the
-// exit report needs no torch call.
-struct SkipSite {
-  std::string shape, dtype, device;
-  size_t bytes = 0;
-  uint64_t order = 0;  // when it was made: lists of sites read in the job's order
-  fsdpskip_kernel first_kernel = FSDPSKIP_NORMAL;
-  SkipStack stack;
-};
 
 // What the report and the summary say (report.def's counters), and the calls
 // per kernel.
@@ -199,35 +176,21 @@ class Tracker {
   bool forked_child() const { return forked_child_; }
 
  private:
-  struct Record {
-    void* context;  // its DataPtr's, the table's key (an OwnedPages mapping's, when it has one)
-    c10::StorageImpl* storage;
-    c10::DeleterFnPtr original_deleter;  // swapped: the deleter to call at the free
-    std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> watched;  // not swapped
-    Role role;
-    bool skipped = false;  // pending while role == kParameter
-    // Tagged with no page of it in memory (a fresh torch.empty placeholder):
-    // `site` says what and where, for never_written().
-    bool placeholder = false;
-    std::unique_ptr<SkipSite> site;
-    c10::DataPtr adopted_from;  // its memory before OwnedPages::adopt, freed with it
-    // What it skipped since it was last given values, in order, for its
-    // replay; or why its skipped values cannot be given back.
-    SkippedCalls calls;
-    const char* unreplayable = nullptr;
-  };
-
-  Record* find_locked(const c10::StorageImpl* storage);
   // A record whose storage ended: resolved by its free (or kept as pending
-  // when the process is exiting), then forgotten.
-  void forget_locked(std::unordered_map<void*, Record>::iterator record);
-  void sweep_ended_locked();
-  // The storage's deleter, as it was before tracking.
-  c10::DeleterFnPtr original_deleter(const Record* record, c10::StorageImpl* storage) const;
-  Record* track_locked(c10::StorageImpl* storage, Role role);
-  void resolve_locked(Record& record, bool by_free);
-  // True when a record's memory is a mapping of OwnedPages': only those are skipped.
-  bool owned_locked(const Record& record, c10::StorageImpl* storage) const;
+  // when the process is exiting).
+  void ended_locked(StorageRecord& record);
+  void sweep_ended_locked() { storages_.sweep([this](StorageRecord& record) { ended_locked(record); }); }
+  StorageRecord* track_locked(c10::StorageImpl* storage, StorageState state) {
+    return storages_.track(storage, state, [this](StorageRecord& record) { ended_locked(record); });
+  }
+  // The live pending record of `storage`, or nullptr.
+  StorageRecord* find_pending_locked(const c10::StorageImpl* storage) {
+    StorageRecord* record = storages_.find(storage);
+    return record && record->pending() ? record : nullptr;
+  }
+  // Another rank's data overwrites it (by_free: its storage ended): its
+  // recipe goes, and it is never skipped again.
+  void resolve_locked(StorageRecord& record, bool by_free);
   // Materializes the pending record of `context` (an OwnedPages mapping), one at a time.
   void materialize_context(void* context, const char* access);
   // Resolves or materializes the pending storage of each tensor a
@@ -246,15 +209,15 @@ class Tracker {
   // A skipped copy's source: what its storage skipped so far and where the
   // source lies in it; or why it cannot be replayed.
   const char* describe_copy_source_locked(const at::Tensor& src, SkippedCall& call);
-  // A skipped storage given its values and about to be sent: no longer pending.
-  void sent_locked(Record& record);
+  // A skipped storage given its values (and about to be sent): tagged again.
+  void materialized_locked(StorageRecord& record);
   // Gives the pending records among `storages` their values (their calls
   // replayed) and marks them sent; the others are returned.
   std::vector<Unsendable> replay_pending(const std::vector<c10::StorageImpl*>& storages);
   // Before a normal_ or uniform_ on self runs: its generator pays what it owes.
   void pay_before_drawing(const at::Tensor& self, const compat::GeneratorArgument& generator);
   // Marks the first skip of a record; returns true when it was the first.
-  bool mark_skipped_locked(Record& record, fsdpskip_kernel kernel, const at::Tensor& self);
+  bool mark_skipped_locked(StorageRecord& record, fsdpskip_kernel kernel, const at::Tensor& self);
   // After a first skip, outside the lock: where it came from, into its site.
   void record_skip_stack(c10::StorageImpl* storage);
   // After a tag by requires_grad_set or data_set: a storage of the CPU
@@ -262,7 +225,6 @@ class Tracker {
   void note_placeholder(c10::StorageImpl* storage, const c10::TensorImpl& tensor);
   bool shutting_down() const;
   fsdpskip_verdict skip_verdict() const { return audit_ ? FSDPSKIP_AUDIT : FSDPSKIP_SKIP; }
-  bool from_cpu_allocator(c10::StorageImpl* storage, c10::DeleterFnPtr deleter) const;
   // True when a zero_ of self is done exactly by releasing pages: a large
   // range of the CPU allocator's during loading (placeholders), or after it,
   // until training begins, one that torch never wrote in place.
@@ -276,7 +238,7 @@ class Tracker {
   std::mutex mutex_;
   std::mutex materializing_;  // one materialization at a time; taken before mutex_
   MaterializeFailed materialize_failed_ = nullptr;
-  std::unordered_map<void*, Record> records_;  // by DataPtr context
+  StorageTable storages_;
   std::vector<SkipSite> freed_at_shutdown_;
   std::optional<std::vector<SkipSite>> never_written_;  // never_written()'s answer, once found
   // The storages zeroed lazily during this loading phase, by their data:
@@ -284,8 +246,6 @@ class Tracker {
   std::unordered_set<const void*> zeroed_while_loading_;
   GeneratorHistory generators_;  // where skipped calls' generators stood, and what they owe
   Stats stats_;
-  std::atomic<size_t> tracked_{0};
-  std::atomic<size_t> pending_{0};
   std::atomic<bool> loading_{true};
   std::atomic<bool> training_{false};
   std::atomic<bool> tagged_any_{false};
@@ -295,13 +255,9 @@ class Tracker {
   bool forked_child_ = false;
   std::atomic<fsdpskip_log_level> log_level_{FSDPSKIP_LOG_SUMMARY};
   std::atomic<fsdpskip_stacks> stacks_{FSDPSKIP_STACKS_PYTHON};
-  c10::DeleterFnPtr cpu_deleter_ = nullptr;
   std::string python_found_;  // find_python's answer, for the debug log
   Say say_ = nullptr;
 };
-
-// Installed as the deleter of every tracked storage.
-void tracked_deleter(void* context);
 
 // "normal_", "copy_", "erfinv_", ... as the summary and the report name them.
 const char* kernel_name(fsdpskip_kernel kernel);

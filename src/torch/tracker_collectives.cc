@@ -7,18 +7,18 @@ namespace fsdpskip {
 using namespace tracker_detail;
 
 void Tracker::broadcast_started(const std::vector<at::Tensor>& tensors) {
-  bool track_received = loading() || pending_.load() != 0;
+  bool track_received = loading() || storages_.pending() != 0;
   if (!track_received) return;  // training's broadcasts (DDP's buffers): nothing left to resolve
   arriving(tensors);
   std::lock_guard<std::mutex> lock(mutex_);
   for (const at::Tensor& tensor : tensors)
-    if (c10::StorageImpl* storage = storage_of(tensor); storage && find_locked(storage) == nullptr)
-      track_locked(storage, Role::kReceived);
+    if (c10::StorageImpl* storage = storage_of(tensor); storage && storages_.find(storage) == nullptr)
+      track_locked(storage, StorageState::kReceived);
   end_loading_locked(true);
 }
 
 void Tracker::coalesced_broadcast_started(const std::vector<at::Tensor>& tensors) {
-  if (pending_.load() == 0) return;
+  if (storages_.pending() == 0) return;
   // c10d flattens the tensors into buckets (reading them) before each
   // bucket's broadcast, then copies every one back out of it: they are
   // resolved now, and read as zeros for the flatten, whose bytes the
@@ -27,14 +27,14 @@ void Tracker::coalesced_broadcast_started(const std::vector<at::Tensor>& tensors
 }
 
 void Tracker::arriving(const std::vector<at::Tensor>& tensors) {
-  if (pending_.load() == 0) return;
+  if (storages_.pending() == 0) return;
   for (const at::Tensor& tensor : tensors) {
     c10::StorageImpl* storage = storage_of(tensor);
     if (storage == nullptr) continue;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      Record* record = find_locked(storage);
-      if (record == nullptr || record->role != Role::kParameter || !record->skipped) continue;
+      StorageRecord* record = find_pending_locked(storage);
+      if (record == nullptr) continue;
       if (covers_storage(tensor, storage)) {
         resolve_locked(*record, false);
         continue;
@@ -45,7 +45,7 @@ void Tracker::arriving(const std::vector<at::Tensor>& tensors) {
 }
 
 std::vector<Tracker::Unsendable> Tracker::sending(const std::vector<at::Tensor>& tensors) {
-  if (!loading() && pending_.load() == 0) return {};  // training's sends: nothing is skipped any more
+  if (!loading() && storages_.pending() == 0) return {};  // training's sends: nothing is skipped any more
   std::vector<c10::StorageImpl*> storages;
   for (const at::Tensor& tensor : tensors)
     if (c10::StorageImpl* storage = storage_of(tensor)) storages.push_back(storage);
@@ -56,30 +56,26 @@ std::vector<Tracker::Unsendable> Tracker::sending(const std::vector<at::Tensor>&
 }
 
 std::vector<Tracker::Unsendable> Tracker::sending_raw(const void* buffer, size_t bytes) {
-  if (!loading() && pending_.load() == 0) return {};
+  if (!loading() && storages_.pending() == 0) return {};
   auto begin = reinterpret_cast<uintptr_t>(buffer), end = begin + bytes;
   std::vector<Unsendable> unsendable;
   std::lock_guard<std::mutex> lock(mutex_);
   sweep_ended_locked();
-  for (auto& entry : records_) {
-    Record& record = entry.second;
+  storages_.for_each([&](StorageRecord& record) {
     auto data = reinterpret_cast<uintptr_t>(compat::data_ptr(*record.storage).get());
-    if (record.role != Role::kParameter || !record.skipped || data >= end || data + record.storage->nbytes() <= begin)
-      continue;
-    if (audit_.load()) sent_locked(record);  // every init ran
+    if (!record.pending() || data >= end || data + record.storage->nbytes() <= begin) return;
+    if (audit_.load()) materialized_locked(record);  // every init ran
     else unsendable.push_back({*record.site, "NCCL's C API sends it, and a replay cannot be ordered with NCCL's "
                                              "stream there"});
-  }
+  });
   end_loading_locked(true);
   return unsendable;
 }
 
-void Tracker::sent_locked(Record& record) {
-  record.skipped = false;
-  record.placeholder = false;
+void Tracker::materialized_locked(StorageRecord& record) {
+  storages_.set_state(record, StorageState::kTagged);
   record.calls.clear();
   record.unreplayable = nullptr;
-  pending_.fetch_sub(1);
   ++stats_[Counter::storages_replayed];
 }
 
@@ -90,9 +86,9 @@ std::vector<Tracker::Unsendable> Tracker::replay_pending(const std::vector<c10::
     std::lock_guard<std::mutex> lock(mutex_);
     sweep_ended_locked();
     for (c10::StorageImpl* storage : storages) {
-      Record* record = find_locked(storage);
-      if (record == nullptr || record->role != Role::kParameter || !record->skipped) continue;
-      if (audit_.load()) sent_locked(*record);  // every init ran
+      StorageRecord* record = find_pending_locked(storage);
+      if (record == nullptr) continue;
+      if (audit_.load()) materialized_locked(*record);  // every init ran
       else if (record->unreplayable != nullptr) unsendable.push_back({*record->site, record->unreplayable});
       else contexts.push_back(record->context);
     }
@@ -120,17 +116,15 @@ void Tracker::end_loading_locked(bool by_rank0_data) {
 }
 
 void Tracker::received(const void* buffer, size_t bytes) {
-  if (!loading() && pending_.load() == 0) return;  // training: nothing left to resolve
+  if (!loading() && storages_.pending() == 0) return;  // training: nothing left to resolve
   auto begin = reinterpret_cast<uintptr_t>(buffer), end = begin + bytes;
   std::lock_guard<std::mutex> lock(mutex_);
   sweep_ended_locked();
-  if (bytes != 0 && tracked_.load() != 0)
-    for (auto& entry : records_) {
-      Record& record = entry.second;
+  if (bytes != 0 && storages_.tracked() != 0)
+    storages_.for_each([&](StorageRecord& record) {
       auto data = reinterpret_cast<uintptr_t>(compat::data_ptr(*record.storage).get());
-      if (record.role == Role::kParameter && data >= begin && data + record.storage->nbytes() <= end)
-        resolve_locked(record, false);
-    }
+      if (record.parameter() && data >= begin && data + record.storage->nbytes() <= end) resolve_locked(record, false);
+    });
   end_loading_locked(true);
 }
 

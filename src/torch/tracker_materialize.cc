@@ -14,12 +14,12 @@ using namespace tracker_detail;
 
 void Tracker::materialize(const at::Tensor& tensor, const char* access) {
   c10::StorageImpl* storage = storage_of(tensor);
-  if (storage == nullptr || pending_.load() == 0) return;
+  if (storage == nullptr || storages_.pending() == 0) return;
   void* context;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Record* record = find_locked(storage);
-    if (record == nullptr || record->role != Role::kParameter || !record->skipped) return;
+    StorageRecord* record = find_pending_locked(storage);
+    if (record == nullptr) return;
     context = record->context;
   }
   materialize_context(context, access);
@@ -30,8 +30,9 @@ void Tracker::materialize_pending(const char* access) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     sweep_ended_locked();
-    for (auto& entry : records_)
-      if (entry.second.role == Role::kParameter && entry.second.skipped) contexts.push_back(entry.first);
+    storages_.for_each([&](const StorageRecord& record) {
+      if (record.pending()) contexts.push_back(record.context);
+    });
   }
   for (void* context : contexts) materialize_context(context, access);
 }
@@ -69,9 +70,8 @@ void Tracker::materialize_context(void* context, const char* access) {
   std::string why;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto found = records_.find(context);
-    Record* record = found == records_.end() ? nullptr : &found->second;
-    if (record == nullptr || record->role != Role::kParameter || !record->skipped) {
+    StorageRecord* record = storages_.find_context(context);
+    if (record == nullptr || !record->pending()) {
       pages.unguard(context);  // nothing to give it (another thread did): accessible as it is
       return;
     }
@@ -112,15 +112,15 @@ void Tracker::materialize_context(void* context, const char* access) {
     std::optional<SkipSite> site;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (Record* record = find_locked(held.get()); record && record->site) site = *record->site;
+      if (StorageRecord* record = storages_.find(held.get()); record && record->site) site = *record->site;
     }
     if (site && materialize_failed_ != nullptr)
       materialize_failed_(*site, std::string("its replay failed: ") + error.what(), access);
     throw;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (Record* record = find_locked(held.get()); record && record->role == Role::kParameter && record->skipped) {
-    sent_locked(*record);
+  if (StorageRecord* record = find_pending_locked(held.get())) {
+    materialized_locked(*record);
     if (log_level_ >= FSDPSKIP_LOG_DEBUG && say_ != nullptr) {
       std::string line = std::string("materialized before ") + access + ":";
       log(FSDPSKIP_MESSAGE_DEBUG, line.c_str(), held.get());
@@ -129,7 +129,7 @@ void Tracker::materialize_context(void* context, const char* access) {
 }
 
 void Tracker::reading(fsdpskip_kernel kernel, const at::Tensor& self, const void* other) {
-  if (pending_.load() == 0) return;
+  if (storages_.pending() == 0) return;
   materialize(self, kernel_name(kernel));
   if (kernel == FSDPSKIP_OR) materialize(*static_cast<const at::Tensor*>(other), kernel_name(kernel));
 }

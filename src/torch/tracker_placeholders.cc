@@ -29,11 +29,11 @@ void Tracker::note_placeholder(c10::StorageImpl* storage, const c10::TensorImpl&
   std::unique_ptr<SkipSite> site = site_of(tensor, *storage, FSDPSKIP_NO_KERNEL);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Record* record = find_locked(storage);
-    if (record == nullptr || record->role != Role::kParameter || record->skipped || record->placeholder ||
-        zeroed_while_loading_.count(data) != 0 || !from_cpu_allocator(storage, original_deleter(record, storage)))
+    StorageRecord* record = storages_.find(storage);
+    if (record == nullptr || record->state != StorageState::kTagged || zeroed_while_loading_.count(data) != 0 ||
+        !storages_.from_cpu_allocator(storage, storages_.original_deleter(record, storage)))
       return;
-    record->placeholder = true;
+    storages_.set_state(*record, StorageState::kPlaceholder);
     record->site = std::move(site);
   }
   record_skip_stack(storage);
@@ -44,12 +44,11 @@ std::vector<SkipSite> Tracker::never_written() {
   if (never_written_) return *never_written_;
   sweep_ended_locked();
   std::vector<SkipSite> result;
-  for (auto& entry : records_) {
-    const Record& record = entry.second;
-    if (record.role == Role::kParameter && record.placeholder && !record.skipped &&
+  storages_.for_each([&](const StorageRecord& record) {
+    if (record.state == StorageState::kPlaceholder &&
         !any_page_resident(compat::data_ptr(*record.storage).get(), record.storage->nbytes()))
       result.push_back(*record.site);
-  }
+  });
   in_order_made(result);
   stats_[Counter::storages_never_written] = result.size();
   never_written_ = result;

@@ -41,8 +41,8 @@ void Tracker::generator_touched(c10::GeneratorImpl* generator, bool reads) {
 
 const char* Tracker::describe_copy_source_locked(const at::Tensor& src, SkippedCall& call) {
   c10::StorageImpl* source = storage_of(src);
-  Record* record = source ? find_locked(source) : nullptr;
-  if (record == nullptr || record->role != Role::kParameter || !record->skipped)
+  StorageRecord* record = source ? find_pending_locked(source) : nullptr;
+  if (record == nullptr)
     return "a copy_ whose source was no longer a skipped storage is not replayed";
   if (record->unreplayable != nullptr) return record->unreplayable;
   call.source = std::make_shared<const CopySource>(CopySource{record->calls, source->nbytes(), geometry_of(src)});
@@ -63,10 +63,10 @@ bool Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, Skipp
     void* context = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      Record* record = find_locked(storage);
+      StorageRecord* record = storages_.find(storage);
       // Its record went between the verdict and now (the policy changed on
       // another thread): the kernel runs after all.
-      if (record == nullptr || record->role != Role::kParameter || !owned_locked(*record, storage)) return false;
+      if (record == nullptr || !record->parameter() || !storages_.owned(*record)) return false;
       if (copy_source != nullptr && unreplayable == nullptr)
         unreplayable = describe_copy_source_locked(*copy_source, call);
       // A call that cannot be replayed is not skipped: the kernel runs (on
@@ -76,11 +76,11 @@ bool Tracker::skip_storage(fsdpskip_kernel kernel, const at::Tensor& self, Skipp
       bool step = fsdpskip_role_of(kernel) == FSDPSKIP_ROLE_STEP;
       // A step reads what its storage's calls made: it was materialized
       // meanwhile (another thread), so the step runs on its values.
-      if (step && !record->skipped) return false;
+      if (step && !record->pending()) return false;
       // A pending storage's values are its calls replayed over zeros. A
       // first skip that writes a part of the storage keeps that true only
       // when nothing else was written there (no page of it in memory).
-      if (!record->skipped && !whole && any_page_resident(compat::data_ptr(*storage).get(), storage->nbytes()))
+      if (!record->pending() && !whole && any_page_resident(compat::data_ptr(*storage).get(), storage->nbytes()))
         return false;
       // An init that writes the whole storage makes every earlier call
       // moot: a storage re-initialised in a loop keeps one call.
@@ -120,8 +120,9 @@ void Tracker::zero_lazily(const at::Tensor& self) {
   // Written, although its pages are not in memory: not a placeholder,
   // whether tagged already or later (zeros_like, then nn.Parameter).
   c10::StorageImpl* storage = storage_of(self);
-  if (tracked_.load() != 0)
-    if (Record* record = find_locked(storage)) record->placeholder = false;
+  if (storages_.tracked() != 0)
+    if (StorageRecord* record = storages_.find(storage); record && record->state == StorageState::kPlaceholder)
+      storages_.set_state(*record, StorageState::kTagged);
   if (loading_now) zeroed_while_loading_.insert(compat::data_ptr(*storage).get());
   ++stats_[Counter::lazy_zero_calls];
   if (loading_now) stats_[Counter::lazy_zero_bytes_never_committed] += zeroed.released;
@@ -136,7 +137,7 @@ void Tracker::audited(fsdpskip_kernel kernel, const at::Tensor& self, uint64_t n
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.calls[kernel];
     stats_[Counter::audited_kernel_ns] += nanoseconds;
-    if (Record* record = find_locked(storage); record && record->role == Role::kParameter)
+    if (StorageRecord* record = storages_.find(storage); record && record->parameter())
       first = mark_skipped_locked(*record, kernel, self);
   }
   if (first) record_skip_stack(storage);
@@ -150,7 +151,7 @@ void Tracker::record_skip_stack(c10::StorageImpl* storage) {
     SkipStack stack = capture_skip_stack(stacks_.load());
     std::lock_guard<std::mutex> lock(mutex_);
     // Resolved or freed meanwhile (another thread): its site no longer matters.
-    if (Record* record = find_locked(storage); record && record->site) record->site->stack = std::move(stack);
+    if (StorageRecord* record = storages_.find(storage); record && record->site) record->site->stack = std::move(stack);
   } catch (const std::exception&) {
     // The skip is recorded already: its site goes without a stack.
   }
@@ -158,13 +159,14 @@ void Tracker::record_skip_stack(c10::StorageImpl* storage) {
 
 void Tracker::copied(const at::Tensor& dst, const at::Tensor& src) {
   (void)src;
-  if (tracked_.load() == 0) return;
+  if (storages_.tracked() == 0) return;
   c10::StorageImpl* destination = storage_of(dst);
   if (destination == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   // Written: a copy of anything. (decide_copy resolved or materialized a
   // pending destination before the copy ran.)
-  if (Record* record = find_locked(destination); record && record->role == Role::kParameter) record->placeholder = false;
+  if (StorageRecord* record = storages_.find(destination); record && record->state == StorageState::kPlaceholder)
+    storages_.set_state(*record, StorageState::kTagged);
 }
 
 }  // namespace fsdpskip

@@ -79,7 +79,7 @@ bool Tracker::lazy_zero_fits(const at::Tensor& self, c10::StorageImpl* storage, 
   char* begin;
   size_t bytes;
   if (audit_.load() || !contiguous_range(self, &begin, &bytes) || bytes < lazy_zero_threshold() ||
-      !from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
+      !storages_.from_cpu_allocator(storage, compat::data_ptr(*storage).get_deleter()))
     return false;
   // transformers 5 makes a zeros_like placeholder of every parameter and
   // buffer on non-zero ranks (attention projections are often a few hundred
@@ -96,14 +96,14 @@ fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zero
   c10::StorageImpl* storage = storage_of(self);
   if (storage == nullptr || running_own_kernels()) return FSDPSKIP_RUN;
   bool loading_now = loading() && enabled();
-  if (loading_now || pending_.load() != 0) {
+  if (loading_now || storages_.pending() != 0) {
     bool pending = false;
-    if (tracked_.load() != 0) {
+    if (storages_.tracked() != 0) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (Record* record = find_locked(storage)) {
+      if (StorageRecord* record = storages_.find(storage)) {
         // Only a parameter's storage with pages of its own is skipped, and only while loading.
-        if (loading_now && record->role == Role::kParameter && owned_locked(*record, storage)) return skip_verdict();
-        pending = record->role == Role::kParameter && record->skipped;
+        if (loading_now && record->parameter() && storages_.owned(*record)) return skip_verdict();
+        pending = record->pending();
       }
     }
     // After loading nothing is skipped: a pending storage gets its values
@@ -116,7 +116,7 @@ fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zero
     // whose storage arrived without a new nn.Parameter.
     if (loading_now && self.requires_grad() && self.is_leaf() && tag(storage)) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (Record* record = find_locked(storage); record && owned_locked(*record, storage)) return skip_verdict();
+      if (StorageRecord* record = storages_.find(storage); record && storages_.owned(*record)) return skip_verdict();
     }
   }
   return zeroes && enabled() && !training() && lazy_zero_fits(self, storage, loading_now) ? FSDPSKIP_ZERO_LAZILY
@@ -125,8 +125,8 @@ fsdpskip_verdict Tracker::decide_init_untraced(const at::Tensor& self, bool zero
 
 fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& src) {
   bool loading_now = loading() && enabled();
-  if (pending_.load() == 0 || running_own_kernels())
-    return traced(FSDPSKIP_COPY, dst, tracked_.load() != 0 && loading_now ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
+  if (storages_.pending() == 0 || running_own_kernels())
+    return traced(FSDPSKIP_COPY, dst, storages_.tracked() != 0 && loading_now ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
   c10::StorageImpl* source = storage_of(src);
   c10::StorageImpl* destination = storage_of(dst);
   bool source_pending = source != nullptr && is_pending(source);
@@ -136,7 +136,7 @@ fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& s
   // skipped storage behind, never stale bytes.
   if (loading_now && source_pending && destination != nullptr && destination != source && tag(destination)) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (Record* record = find_locked(destination); record && owned_locked(*record, destination))
+    if (StorageRecord* record = storages_.find(destination); record && storages_.owned(*record))
       return traced(FSDPSKIP_COPY, dst, skip_verdict());
   }
   // Otherwise the copy runs: it reads its source's values, and writes its
@@ -146,17 +146,17 @@ fsdpskip_verdict Tracker::decide_copy(const at::Tensor& dst, const at::Tensor& s
   if (destination != nullptr && is_pending(destination)) {
     bool whole = covers_storage(dst, destination) && dst.sizes() == src.sizes() && destination != source;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (Record* record = find_locked(destination); record && whole) resolve_locked(*record, false);
+    if (StorageRecord* record = storages_.find(destination); record && whole) resolve_locked(*record, false);
   }
   if (destination != nullptr && is_pending(destination)) materialize(dst, "copy_ (into a part of it)");
-  return traced(FSDPSKIP_COPY, dst, tracked_.load() != 0 ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
+  return traced(FSDPSKIP_COPY, dst, storages_.tracked() != 0 ? FSDPSKIP_RUN_NOTIFY : FSDPSKIP_RUN);
 }
 
 fsdpskip_verdict Tracker::decide_chain(fsdpskip_kernel kernel, const at::Tensor& self, const at::Tensor& out,
                                        const fsdpskip_call_arguments& arguments) {
   // The hot path: no storage lookups. fsdpskip's own kernels (a replay, a
   // step's trial) run.
-  if (pending_.load() == 0 || running_own_kernels()) return FSDPSKIP_RUN;
+  if (storages_.pending() == 0 || running_own_kernels()) return FSDPSKIP_RUN;
   c10::StorageImpl* storage = storage_of(out);
   if (storage == nullptr) return FSDPSKIP_RUN;
   // In place on a skipped storage while loading, with scalar operands: the
@@ -165,8 +165,8 @@ fsdpskip_verdict Tracker::decide_chain(fsdpskip_kernel kernel, const at::Tensor&
   bool rewrites_skipped = false;
   if (loading() && enabled()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    Record* record = find_locked(storage);
-    rewrites_skipped = record && record->role == Role::kParameter && record->skipped && owned_locked(*record, storage);
+    StorageRecord* record = find_pending_locked(storage);
+    rewrites_skipped = record && storages_.owned(*record);
   }
   if (rewrites_skipped && describe_step(kernel, out, arguments, nullptr) == nullptr)
     return traced(kernel, out, skip_verdict());
