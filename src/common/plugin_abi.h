@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 15  // 15: nccl_transfer (root and rank told; the plugin decides the side)
+#define FSDPSKIP_PLUGIN_ABI 15  // 15: nccl_transfer (root and rank told; the plugin decides the side); the owing word names a lone owing generator
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=" and this number), so a plugin
@@ -51,7 +51,7 @@ typedef enum fsdpskip_kernel {
 
 #define FSDPSKIP_OWING_SLOTS 4
 #define FSDPSKIP_OWING_ANY ((void*)1)
-// After the slots, one word: non-NULL while any generator owes.
+// After the slots, one word: who owes (fsdpskip_host's owing_generators).
 #define FSDPSKIP_OWING_WORDS (FSDPSKIP_OWING_SLOTS + 1)
 
 // What a kernel's call on a skipped storage means (kernels.def's role).
@@ -177,11 +177,12 @@ typedef struct fsdpskip_host {
   // FSDPSKIP_OWING_WORDS words of the preload's: in FSDPSKIP_OWING_SLOTS
   // slots, the CPU generators that owe a skipped init's draws now (NULL:
   // empty; FSDPSKIP_OWING_ANY, in the last: more than the others hold),
-  // then a word that is non-NULL while any does. The plugin writes them,
-  // with release stores; the preload's draw forwarders (CPUGeneratorImpl::
-  // random and random64, which every draw of every kernel passes through)
-  // test the last word, and tell generator_touched only of a draw from a
-  // generator found in a slot.
+  // then a word that says who does: NULL, none; FSDPSKIP_OWING_ANY,
+  // several (read the slots); any other value, that generator alone. The
+  // plugin writes them, with release stores; the preload's draw forwarders
+  // (CPUGeneratorImpl::random and random64, which every draw of every
+  // kernel passes through) test the last word, and tell generator_touched
+  // only of a draw from a generator that owes.
   void** owing_generators;
 } fsdpskip_host;
 

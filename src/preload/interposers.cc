@@ -237,13 +237,15 @@ using GeneratorReseeded = GeneratorCall<id, false, uint64_t>;
 template <HookId id, fsdpskip_kernel>
 using GeneratorStateSet = GeneratorCall<id, false, void, const void*>;
 // at::CPUGeneratorImpl::random(this) and random64(this): every draw of every
-// kernel, so its path is a few loads of this library's own words and the
+// kernel, so its path is a load of this library's own word and the
 // original's call. The plugin is told only of a draw from a generator that
 // owes (the draw holds the generator's mutex, under which its debt was
-// published).
+// published): the word names it when it owes alone, and says ANY when
+// several do, which the slots then tell apart.
 inline bool owes(const void* generator) {
-  if (__builtin_expect(__atomic_load_n(&g_owing_generators[FSDPSKIP_OWING_SLOTS], __ATOMIC_ACQUIRE) == nullptr, 1))
-    return false;
+  void* summary = __atomic_load_n(&g_owing_generators[FSDPSKIP_OWING_SLOTS], __ATOMIC_ACQUIRE);
+  if (__builtin_expect(summary == nullptr, 1)) return false;
+  if (summary != FSDPSKIP_OWING_ANY) return summary == generator;
   bool found = false;
   for (int i = 0; i < FSDPSKIP_OWING_SLOTS; ++i) {
     void* slot = __atomic_load_n(&g_owing_generators[i], __ATOMIC_ACQUIRE);

@@ -49,7 +49,7 @@ void GeneratorHistory::owes_locked(Entry& entry, c10::GeneratorImpl* generator) 
   } else if (owing_beyond_slots_++ == 0) {
     __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS - 1], FSDPSKIP_OWING_ANY, __ATOMIC_RELEASE);
   }
-  __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS], FSDPSKIP_OWING_ANY, __ATOMIC_RELEASE);
+  summarize_locked();
 }
 
 void GeneratorHistory::paid_locked(Entry& entry) {
@@ -59,7 +59,18 @@ void GeneratorHistory::paid_locked(Entry& entry) {
   } else if (--owing_beyond_slots_ == 0) {
     __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS - 1], static_cast<void*>(nullptr), __ATOMIC_RELEASE);
   }
-  if (!owing()) __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS], static_cast<void*>(nullptr), __ATOMIC_RELEASE);
+  summarize_locked();
+}
+
+void GeneratorHistory::summarize_locked() {
+  void* summary = nullptr;
+  if (owing() && (owing_.load(std::memory_order_relaxed) != 1 || owing_beyond_slots_ != 0)) {
+    summary = FSDPSKIP_OWING_ANY;
+  } else if (owing()) {
+    for (int i = 0; i + 1 < FSDPSKIP_OWING_SLOTS; ++i)
+      if (owing_slots_[i] != nullptr) summary = owing_slots_[i];
+  }
+  __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS], summary, __ATOMIC_RELEASE);
 }
 
 void GeneratorHistory::settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry) {

@@ -96,6 +96,13 @@ class GeneratorHistory {
   // and no other generator's slot moves: a draw never misses a debt.
   void owes_locked(Entry& entry, c10::GeneratorImpl* generator);
   void paid_locked(Entry& entry);
+  // The word after the slots: the one generator that owes, ANY when
+  // several do (the slots say which), NULL when none does. A draw from a
+  // generator that owes nothing, while another owes (a replay's own
+  // generator, while the default one owes), costs the forwarder one
+  // comparison. Rewritten after every slot, so a draw holding its
+  // generator's mutex sees its own debt either here or in its slot.
+  void summarize_locked();
   // Pays `entry`'s debt into `cpu`, whose lock the caller holds.
   void settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry);
 

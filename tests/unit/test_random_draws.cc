@@ -370,7 +370,8 @@ TEST(RandomDraws, AChainOfStepsJoinsTheRecipe) {
 // The generators that owe, as the preload's draw forwarder reads them: each
 // keeps its own slot until its debt ends, whatever the others do (a draw
 // reading the slots one by one never misses one that moved), and those
-// beyond the slots make the last read ANY.
+// beyond the slots make the last read ANY. The word after the slots names
+// a generator that owes alone, so that draws from any other skip the slots.
 TEST(RandomDraws, OwingGeneratorsKeepTheirSlots) {
   Tracker& tracker = Tracker::instance();
   tracker.start(nullptr);
@@ -379,6 +380,9 @@ TEST(RandomDraws, OwingGeneratorsKeepTheirSlots) {
   std::vector<at::Generator> generators;
   std::vector<at::Tensor> params;
   for (int i = 0; i < FSDPSKIP_OWING_SLOTS + 1; ++i) {
+    if (i == 1) {
+      EXPECT_EQ(slots[FSDPSKIP_OWING_SLOTS], generators[0].unsafeGetGeneratorImpl()) << "one owes alone";
+    }
     generators.push_back(at::make_generator<at::CPUGeneratorImpl>(i + 1));
     compat::GeneratorArgument argument(generators.back());
     params.push_back(torch::empty({2000, 1000}));  // 2M draws: thousands of regenerations owed
@@ -390,14 +394,16 @@ TEST(RandomDraws, OwingGeneratorsKeepTheirSlots) {
   auto impl = [&](int i) -> void* { return generators[i].unsafeGetGeneratorImpl(); };
   for (int i = 0; i + 1 < FSDPSKIP_OWING_SLOTS; ++i) EXPECT_EQ(slots[i], impl(i)) << "slot " << i;
   EXPECT_EQ(slots[FSDPSKIP_OWING_SLOTS - 1], FSDPSKIP_OWING_ANY) << "two owe beyond the slots";
-  EXPECT_NE(slots[FSDPSKIP_OWING_SLOTS], nullptr) << "the forwarders' one test: some generator owes";
+  EXPECT_EQ(slots[FSDPSKIP_OWING_SLOTS], FSDPSKIP_OWING_ANY) << "several owe: the slots say which";
   read_state(generators[1]);  // pays
   EXPECT_EQ(slots[0], impl(0)) << "the others stay where they were";
   EXPECT_EQ(slots[1], nullptr);
   EXPECT_EQ(slots[2], impl(2));
   read_state(generators[FSDPSKIP_OWING_SLOTS - 1]);
   EXPECT_EQ(slots[FSDPSKIP_OWING_SLOTS - 1], FSDPSKIP_OWING_ANY) << "one still owes beyond the slots";
-  for (const at::Generator& generator : generators) read_state(generator);
+  for (int i = 0; i + 1 < FSDPSKIP_OWING_SLOTS; ++i) read_state(generators[i]);
+  EXPECT_EQ(slots[FSDPSKIP_OWING_SLOTS], FSDPSKIP_OWING_ANY) << "the one left owes beyond the slots";
+  read_state(generators[FSDPSKIP_OWING_SLOTS]);
   for (int i = 0; i < FSDPSKIP_OWING_WORDS; ++i) EXPECT_EQ(slots[i], nullptr) << "word " << i;
   for (const at::Tensor& param : params) tracker.materialize(param, "a test");
 }
