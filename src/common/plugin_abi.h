@@ -184,6 +184,11 @@ typedef struct fsdpskip_host {
   // kernel passes through) test the last word, and tell generator_touched
   // only of a draw from a generator that owes.
   void** owing_generators;
+  // Whether libtorch_cpu's own draws pass those forwarders (true) or go to
+  // torch directly (false: nothing owes), src/preload/draw_slots.h. The
+  // plugin calls it under its lock: with true before a first debt begins
+  // (holding that generator's mutex), with false once none is left.
+  void (*watch_draws)(bool watched);
 } fsdpskip_host;
 
 // The plugin's callbacks, called by the interposers (src/preload/interposers.cc)

@@ -36,6 +36,8 @@ static_assert(sizeof kHookRows / sizeof kHookRows[0] == kHookCount);
 // does). So an interposer's path never tests for null.
 extern void* g_originals[kHookCount] __attribute__((visibility("hidden")));
 extern void* const g_first_calls[kHookCount] __attribute__((visibility("hidden")));
+// Each row's exported definition: what the dynamic linker binds torch's calls to.
+extern void* const g_interposers[kHookCount] __attribute__((visibility("hidden")));
 
 // Resolves a row's original (thread-safe, idempotent); nullptr when no loaded
 // object defines it.

@@ -552,5 +552,10 @@ void* const g_first_calls[kHookCount] = {
 #include "hooks.def"
 };
 #undef HOOK
+#define HOOK(id, library, shape, kernel, mangled) reinterpret_cast<void*>(&hook_##id),
+void* const g_interposers[kHookCount] = {
+#include "hooks.def"
+};
+#undef HOOK
 
 }  // namespace fsdpskip

@@ -142,7 +142,7 @@ bool read_base_name(const Reader& reader, uintptr_t address, char* base_name) {
 uintptr_t relocated(uintptr_t value, uintptr_t base) { return value < base ? value + base : value; }
 
 bool read_dynamic(const Reader& reader, const Node& node, LoadedLibrary* library) {
-  *library = LoadedLibrary{0, node.base, 0, 0, 0, 0, 0, 0};
+  *library = LoadedLibrary{0, node.base, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   ElfW(Dyn) entries[16];
   for (int read = 0; read < kMaxDynamicEntries; read += 16) {
     if (!reader.read(entries, node.dynamic + read * sizeof(ElfW(Dyn)), sizeof entries)) {
@@ -160,6 +160,10 @@ bool read_dynamic(const Reader& reader, const Node& node, LoadedLibrary* library
         case DT_GNU_HASH: library->gnu_hash = relocated(entry.d_un.d_ptr, node.base); break;
         case DT_HASH: library->sysv_hash = relocated(entry.d_un.d_ptr, node.base); break;
         case DT_VERSYM: library->versions = relocated(entry.d_un.d_ptr, node.base); break;
+        case DT_JMPREL: library->plt_relocations = relocated(entry.d_un.d_ptr, node.base); break;
+        case DT_PLTRELSZ: library->plt_relocations_size = entry.d_un.d_val; break;
+        case DT_RELA: library->relocations = relocated(entry.d_un.d_ptr, node.base); break;
+        case DT_RELASZ: library->relocations_size = entry.d_un.d_val; break;
       }
     }
   }
@@ -235,7 +239,8 @@ uintptr_t match(const Reader& reader, const LoadedLibrary& library, uint32_t ind
   return library.base + symbol.st_value;
 }
 
-uintptr_t look_up_gnu(const Reader& reader, const LoadedLibrary& library, const char* name) {
+// The look-ups return the symbol's address, and its index in `*index`.
+uintptr_t look_up_gnu(const Reader& reader, const LoadedLibrary& library, const char* name, uint32_t* index_out) {
   struct {
     uint32_t buckets, first_symbol, bloom_words, bloom_shift;
   } header;
@@ -257,13 +262,13 @@ uintptr_t look_up_gnu(const Reader& reader, const LoadedLibrary& library, const 
     uint32_t chained;
     if (!reader.read(&chained, chain + size_t{index - header.first_symbol} * sizeof chained)) return 0;
     if ((chained | 1) == (hash | 1))
-      if (uintptr_t address = match(reader, library, index, name)) return address;
+      if (uintptr_t address = match(reader, library, index, name)) return *index_out = index, address;
     if (chained & 1) return 0;  // the end of this bucket's chain
   }
   return 0;
 }
 
-uintptr_t look_up_sysv(const Reader& reader, const LoadedLibrary& library, const char* name) {
+uintptr_t look_up_sysv(const Reader& reader, const LoadedLibrary& library, const char* name, uint32_t* index_out) {
   uint32_t sizes[2];  // nbucket, nchain
   if (!reader.read(sizes, library.sysv_hash, sizeof sizes) || sizes[0] == 0) return 0;
   uint32_t index;
@@ -271,15 +276,41 @@ uintptr_t look_up_sysv(const Reader& reader, const LoadedLibrary& library, const
   if (!reader.read(&index, buckets + (sysv_hash_of(name) % sizes[0]) * sizeof index)) return 0;
   uintptr_t chain = buckets + size_t{sizes[0]} * sizeof index;
   for (uint32_t step = 0; index != STN_UNDEF && index < sizes[1] && step < sizes[1]; ++step) {
-    if (uintptr_t address = match(reader, library, index, name)) return address;
+    if (uintptr_t address = match(reader, library, index, name)) return *index_out = index, address;
     if (!reader.read(&index, chain + size_t{index} * sizeof index)) return 0;
   }
   return 0;
 }
 
-void* look_up(const Reader& reader, const LoadedLibrary& library, const char* name) {
-  uintptr_t address = library.gnu_hash ? look_up_gnu(reader, library, name) : look_up_sysv(reader, library, name);
+void* look_up(const Reader& reader, const LoadedLibrary& library, const char* name, uint32_t* index = nullptr) {
+  uint32_t unused;
+  if (index == nullptr) index = &unused;
+  uintptr_t address =
+      library.gnu_hash ? look_up_gnu(reader, library, name, index) : look_up_sysv(reader, library, name, index);
   return reinterpret_cast<void*>(address);
+}
+
+#if defined(__x86_64__)
+constexpr uint32_t kJumpSlot = R_X86_64_JUMP_SLOT, kGlobalData = R_X86_64_GLOB_DAT;
+#elif defined(__aarch64__)
+constexpr uint32_t kJumpSlot = R_AARCH64_JUMP_SLOT, kGlobalData = R_AARCH64_GLOB_DAT;
+#endif
+
+// Appends to `slots` the GOT entries of `table` (RELA entries, `size` bytes)
+// that bind symbol `index`.
+void add_call_slots(const Reader& reader, const LoadedLibrary& library, uintptr_t table, size_t size, uint32_t index,
+                    void** slots[], int capacity, int* count) {
+  ElfW(Rela) chunk[256];
+  size_t total = size / sizeof(ElfW(Rela));
+  for (size_t at = 0; at < total && *count < capacity; at += sizeof chunk / sizeof chunk[0]) {
+    size_t n = total - at < sizeof chunk / sizeof chunk[0] ? total - at : sizeof chunk / sizeof chunk[0];
+    if (!reader.read(chunk, table + at * sizeof(ElfW(Rela)), n * sizeof(ElfW(Rela)))) return;
+    for (size_t i = 0; i < n && *count < capacity; ++i) {
+      uint32_t type = ELF64_R_TYPE(chunk[i].r_info);
+      if (ELF64_R_SYM(chunk[i].r_info) == index && (type == kJumpSlot || type == kGlobalData))
+        slots[(*count)++] = reinterpret_cast<void**>(library.base + chunk[i].r_offset);
+    }
+  }
 }
 
 // The GNU build-id of the object loaded from `path` at `base`: its PT_NOTE
@@ -334,6 +365,16 @@ int find_loaded_libraries(const char* const* prefixes, int prefix_count, LoadedL
 void* find_function(const LoadedLibrary& library, const char* name) {
   Reader reader;
   return look_up(reader, library, name);
+}
+
+int find_call_slots(const LoadedLibrary& library, const char* name, void** slots[], int capacity) {
+  Reader reader;
+  uint32_t index = 0;
+  if (look_up(reader, library, name, &index) == nullptr) return 0;
+  int count = 0;
+  add_call_slots(reader, library, library.plt_relocations, library.plt_relocations_size, index, slots, capacity, &count);
+  add_call_slots(reader, library, library.relocations, library.relocations_size, index, slots, capacity, &count);
+  return count;
 }
 
 void* find_function_anywhere(const char* name) {

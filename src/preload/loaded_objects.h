@@ -29,6 +29,12 @@ struct LoadedLibrary {
   uintptr_t gnu_hash;     // DT_GNU_HASH, or 0
   uintptr_t sysv_hash;    // DT_HASH, or 0
   uintptr_t versions;     // DT_VERSYM, or 0
+  // Its RELA tables: the PLT's (DT_JMPREL, DT_PLTRELSZ) and the rest
+  // (DT_RELA, DT_RELASZ); 0 where it has none.
+  uintptr_t plt_relocations;
+  size_t plt_relocations_size;
+  uintptr_t relocations;
+  size_t relocations_size;
 };
 
 // The loaded objects (never this preload) whose file name starts with one
@@ -38,6 +44,12 @@ int find_loaded_libraries(const char* const* prefixes, int prefix_count, LoadedL
 // The address of the function `name` defined and exported by `library`
 // (its default version), or nullptr.
 void* find_function(const LoadedLibrary& library, const char* name);
+
+// The slots through which `library` calls the function `name` that it
+// defines and exports itself (its GOT entries that JUMP_SLOT and GLOB_DAT
+// relocations bind to that symbol: the calls a preload's definition
+// interposes on), at most `capacity` of them. Returns how many.
+int find_call_slots(const LoadedLibrary& library, const char* name, void** slots[], int capacity);
 
 // find_function over every loaded object but this preload, the executable
 // first; nullptr when none defines it.

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../common/libraries.h"
+#include "draw_slots.h"
 #include "loaded_objects.h"
 #include "log.h"
 #include "guarded_access.h"
@@ -47,7 +48,7 @@ char g_plugin_override[PATH_MAX];
 char g_plugin_cache[PATH_MAX];  // the user's plugin directory ("" when HOME and XDG_CACHE_HOME are not absolute)
 fsdpskip_host g_host = {FSDPSKIP_PLUGIN_ABI,      say_text, false, FSDPSKIP_MODE_ON, FSDPSKIP_LOG_SUMMARY,
                        FSDPSKIP_STACKS_PYTHON,   FSDPSKIP_ON_PENDING_WARN, -1, -1, -1, -1, nullptr,
-                       g_owing_generators};
+                       g_owing_generators,       watch_draws};
 
 // Decisions are made one at a time, under this lock; it is never held while
 // torch, the plugin's loading or the dynamic linker runs.

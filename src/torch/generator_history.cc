@@ -33,10 +33,12 @@ void GeneratorHistory::erase_locked(Entry* entry) {
   entries_.pop_back();
 }
 
-void GeneratorHistory::publish_owing_to(void** slots) {
+void GeneratorHistory::publish_owing_to(void** slots, void (*watch_draws)(bool)) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (int i = 0; i < FSDPSKIP_OWING_WORDS; ++i) __atomic_store_n(&slots[i], owing_slots_[i], __ATOMIC_RELEASE);
   owing_slots_ = slots;
+  watch_draws_ = watch_draws;
+  summarize_locked();
 }
 
 void GeneratorHistory::owes_locked(Entry& entry, c10::GeneratorImpl* generator) {
@@ -70,7 +72,11 @@ void GeneratorHistory::summarize_locked() {
     for (int i = 0; i + 1 < FSDPSKIP_OWING_SLOTS; ++i)
       if (owing_slots_[i] != nullptr) summary = owing_slots_[i];
   }
+  // Torch's draws pass the forwarders before the word says a debt began,
+  // and go around them only once it says none is left.
+  if (summary != nullptr && watch_draws_ != nullptr && !draws_watched_) watch_draws_(draws_watched_ = true);
   __atomic_store_n(&owing_slots_[FSDPSKIP_OWING_SLOTS], summary, __ATOMIC_RELEASE);
+  if (summary == nullptr && watch_draws_ != nullptr && draws_watched_) watch_draws_(draws_watched_ = false);
 }
 
 void GeneratorHistory::settle_locked(at::CPUGeneratorImpl* cpu, Entry& entry) {

@@ -71,8 +71,10 @@ class GeneratorHistory {
   // Which generators owe, for the preload's draw forwarders to read
   // (plugin_abi.h's owing_generators): rewritten whenever a debt begins or
   // ends, into `slots` (FSDPSKIP_OWING_WORDS words) once given, before any
-  // debt; into words of its own until then (unit tests).
-  void publish_owing_to(void** slots);
+  // debt; into words of its own until then (unit tests). `watch_draws`
+  // (fsdpskip_host's, or nullptr) is told when the first debt begins and
+  // when the last ends.
+  void publish_owing_to(void** slots, void (*watch_draws)(bool));
   void* const* owing_slots() { return owing_slots_; }
   // The regenerations `generator` owes (tests).
   uint64_t owed(c10::GeneratorImpl* generator);
@@ -115,6 +117,8 @@ class GeneratorHistory {
   void* own_slots_[FSDPSKIP_OWING_WORDS] = {};
   void** owing_slots_ = own_slots_;
   size_t owing_beyond_slots_ = 0;
+  void (*watch_draws_)(bool) = nullptr;
+  bool draws_watched_ = true;  // as the dynamic linker bound them
 };
 
 }  // namespace fsdpskip

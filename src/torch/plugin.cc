@@ -233,6 +233,6 @@ extern "C" __attribute__((visibility("default"))) const fsdpskip_plugin* fsdpski
   Tracker::instance().set_policy(host->active, host->mode == FSDPSKIP_MODE_AUDIT, host->log_level, host->stacks,
                                  false);
   host->say(FSDPSKIP_MESSAGE_DEBUG, ("Python frames: " + Tracker::instance().python_found()).c_str());
-  Tracker::instance().publish_owing_generators(host->owing_generators);
+  Tracker::instance().publish_owing_generators(host->owing_generators, host->watch_draws);
   return &kPlugin;
 }

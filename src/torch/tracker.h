@@ -78,8 +78,11 @@ class Tracker {
   // first, or dropped.
   void generator_touched(c10::GeneratorImpl* generator, bool reads);
   // Where the generators that owe are published (the preload's
-  // owing_generators, plugin_abi.h), before any is; and where they are.
-  void publish_owing_generators(void** slots) { generators_.publish_owing_to(slots); }
+  // owing_generators, plugin_abi.h), before any is, and who is told when
+  // torch's draws must pass the forwarders (watch_draws); and where they are.
+  void publish_owing_generators(void** slots, void (*watch_draws)(bool)) {
+    generators_.publish_owing_to(slots, watch_draws);
+  }
   void* const* owing_generators() { return generators_.owing_slots(); }
   // The regenerations `generator` owes (tests).
   uint64_t owed_regenerations(c10::GeneratorImpl* generator) { return generators_.owed(generator); }

@@ -49,10 +49,13 @@ std::vector<Tracker::Unsendable> Tracker::sending(const std::vector<at::Tensor>&
   std::vector<c10::StorageImpl*> storages;
   for (const at::Tensor& tensor : tensors)
     if (c10::StorageImpl* storage = storage_of(tensor)) storages.push_back(storage);
-  std::vector<Unsendable> unsendable = replay_pending(storages);
-  std::lock_guard<std::mutex> lock(mutex_);
-  end_loading_locked(true);
-  return unsendable;
+  // Loading ends first: the generators pay what they owe, and the replays'
+  // draws then go straight to torch (draw_slots.h).
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    end_loading_locked(true);
+  }
+  return replay_pending(storages);
 }
 
 std::vector<Tracker::Unsendable> Tracker::sending_raw(const void* buffer, size_t bytes) {

@@ -65,6 +65,23 @@ TEST(ElfFileEveryBuild, FunctionsAreFoundInTheirLibraryAsTheLinkerFindsThem) {
   EXPECT_EQ(find_function_anywhere("dlsym"), dlsym(RTLD_DEFAULT, "dlsym"));
 }
 
+// The GOT slots through which libtorch_cpu calls its own exported
+// CPUGeneratorImpl::random: found from its relocations, each holding what
+// the linker bound it to (here, without a preload, torch's definition).
+TEST(ElfFileEveryBuild, CallSlotsAreTheLibrarysOwnBindings) {
+  void* handle = dlopen(FSDPSKIP_LIBTORCH_CPU, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  const char* prefix = "libtorch_cpu.so";
+  LoadedLibrary library;
+  ASSERT_EQ(find_loaded_libraries(&prefix, 1, &library, 1), 1);
+  const char* symbol = "_ZN2at16CPUGeneratorImpl6randomEv";
+  void** slots[8];
+  int count = find_call_slots(library, symbol, slots, 8);
+  ASSERT_GE(count, 1) << "libtorch_cpu calls random() through its PLT (the draw rows rest on it)";
+  for (int i = 0; i < count; ++i) EXPECT_EQ(*slots[i], dlsym(handle, symbol)) << "slot " << i;
+  EXPECT_EQ(find_call_slots(library, "no_such_function_anywhere", slots, 8), 0);
+}
+
 // Another thread loads and unloads a library (its tables mapped and
 // unmapped) while this one looks up functions in every object: no fault,
 // and every answer is right or absent.

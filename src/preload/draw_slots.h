@@ -1,0 +1,24 @@
+// Where libtorch_cpu's own draws go. Every CPU draw of every kernel calls
+// at::CPUGeneratorImpl::random or random64 through a GOT slot of
+// libtorch_cpu's, which the dynamic linker bound to the preload's draw
+// forwarders (hooks.def's generator rows). The forwarders matter only while
+// a generator owes a skipped init's draws (generator_history.h); the rest
+// of the time those slots can point at torch's own definitions, and a draw
+// costs what it costs without fsdpskip.
+//
+// The plugin asks for each (fsdpskip_host's watch_draws), under its lock,
+// holding the owing generator's mutex when a debt begins, so that no draw
+// from it can start in between. Watched: every slot points at the
+// forwarders again before the call returns, by plain stores, which cannot
+// fail (their pages were made writable before they were pointed away).
+// Unwatched: the slots point at torch, where their pages could be made
+// writable; otherwise they stay on the forwarders, which test the owing
+// word themselves. Calls of these functions from other objects always keep
+// the forwarders.
+#pragma once
+
+namespace fsdpskip {
+
+void watch_draws(bool watched);
+
+}  // namespace fsdpskip
