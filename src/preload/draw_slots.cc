@@ -1,6 +1,7 @@
 #include "draw_slots.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -22,9 +23,28 @@ struct Slot {
   int protection;  // its page's, before it was made writable
 };
 
+// Under g_lock: the plugin's requests and torch_resolved() are one
+// sequence, so that a slot is never pointed away after a debt began. It is
+// taken last (the plugin holds its own locks around watch_draws).
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_once_t g_fork_handler = PTHREAD_ONCE_INIT;
 Slot g_slots[kMaxSlots];
 int g_slot_count = -1;  // -1: not looked for yet
 bool g_pointed_away = false;
+bool g_plugin_watches = false;  // the plugin asked once: from then on only it decides
+
+// A child forked while another thread held the lock gets it afresh. (Taking
+// it before a fork would invert the order against the plugin's locks, which
+// its own fork handler takes.) A fork can only come in the middle of
+// torch_resolved(): the plugin's fork handler waits for the locks its
+// callers of watch_draws hold. g_pointed_away is set before the first slot
+// is pointed away, so the child's next watch_draws(true) restores them all.
+void lock() {
+  pthread_once(&g_fork_handler, [] {
+    pthread_atfork(nullptr, nullptr, [] { pthread_mutex_init(&g_lock, nullptr); });
+  });
+  pthread_mutex_lock(&g_lock);
+}
 
 uintptr_t page_of(const void* address) {
   return reinterpret_cast<uintptr_t>(address) & ~(static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)) - 1);
@@ -70,13 +90,13 @@ int protection_of(const void* address) {
 // binds these calls inside). The resolver only ever writes the forwarder,
 // so a slot it binds meanwhile is at worst watched when it need not be.
 void find_slots() {
-  g_slot_count = 0;
   const char* prefix = library_prefix(Library::kTorchCpu);
   LoadedLibrary library;
-  if (find_loaded_libraries(&prefix, 1, &library, 1) != 1) return;
+  if (find_loaded_libraries(&prefix, 1, &library, 1) != 1) return;  // not loaded yet: looked for again later
+  g_slot_count = 0;
   for (HookId row : kDrawRows) {
     void* forwarder = g_interposers[static_cast<int>(row)];
-    void* original = find_original(row);
+    void* original = find_function(library, kHookRows[static_cast<int>(row)].mangled);  // torch's own
     void** found[kMaxSlots];
     int count = find_call_slots(library, kHookRows[static_cast<int>(row)].mangled, found, kMaxSlots);
     for (int i = 0; i < count && g_slot_count < kMaxSlots; ++i) {
@@ -93,9 +113,7 @@ void restore_protections() {
       mprotect(reinterpret_cast<void*>(page_of(g_slots[i].address)), 1, g_slots[i].protection);
 }
 
-}  // namespace
-
-void watch_draws(bool watched) {
+void watch_draws_locked(bool watched) {
   if (watched) {
     if (!g_pointed_away) return;
     for (int i = 0; i < g_slot_count; ++i) __atomic_store_n(g_slots[i].address, g_slots[i].forwarder, __ATOMIC_RELEASE);
@@ -105,15 +123,30 @@ void watch_draws(bool watched) {
   }
   if (g_pointed_away) return;
   if (g_slot_count < 0) find_slots();
-  for (int i = 0; i < g_slot_count; ++i) {
+  for (int i = 0; i < g_slot_count; ++i) {  // none while not found
     void* page = reinterpret_cast<void*>(page_of(g_slots[i].address));
     if (!(g_slots[i].protection & PROT_WRITE) && mprotect(page, 1, g_slots[i].protection | PROT_WRITE) != 0) {
       restore_protections();
       return;  // the slots stay on the forwarders
     }
   }
-  for (int i = 0; i < g_slot_count; ++i) __atomic_store_n(g_slots[i].address, g_slots[i].original, __ATOMIC_RELEASE);
   g_pointed_away = g_slot_count > 0;
+  for (int i = 0; i < g_slot_count; ++i) __atomic_store_n(g_slots[i].address, g_slots[i].original, __ATOMIC_RELEASE);
+}
+
+}  // namespace
+
+void watch_draws(bool watched) {
+  lock();
+  g_plugin_watches = true;
+  watch_draws_locked(watched);
+  pthread_mutex_unlock(&g_lock);
+}
+
+void torch_resolved() {
+  lock();
+  if (!g_plugin_watches) watch_draws_locked(false);  // no plugin, no debt: nothing to watch
+  pthread_mutex_unlock(&g_lock);
 }
 
 }  // namespace fsdpskip

@@ -6,7 +6,9 @@
 // of the time those slots can point at torch's own definitions, and a draw
 // costs what it costs without fsdpskip.
 //
-// The plugin asks for each (fsdpskip_host's watch_draws), under its lock,
+// Until a plugin is loaded no generator can owe: the slots are pointed at
+// torch when the hook table's rows are first resolved (torch_resolved()).
+// From then on the plugin asks (fsdpskip_host's watch_draws), under its lock,
 // holding the owing generator's mutex when a debt begins, so that no draw
 // from it can start in between. Watched: every slot points at the
 // forwarders again before the call returns, by plain stores, which cannot
@@ -20,5 +22,9 @@
 namespace fsdpskip {
 
 void watch_draws(bool watched);
+
+// The hook table's originals were just looked up (the process's first call
+// into torch through a row).
+void torch_resolved();
 
 }  // namespace fsdpskip

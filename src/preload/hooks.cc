@@ -11,6 +11,8 @@
 // at once, so that an interposer's later first calls find theirs resolved.
 #include "hooks.h"
 
+#include "draw_slots.h"
+
 #include "loaded_objects.h"
 #include "log.h"
 
@@ -59,9 +61,11 @@ void* find_original(HookId id) {
   // here runs it, and another that comes meanwhile looks up its own row.
   static bool every_row_started = false;
   if (address != nullptr && !__atomic_load_n(&every_row_started, __ATOMIC_ACQUIRE) &&
-      !__atomic_exchange_n(&every_row_started, true, __ATOMIC_ACQ_REL))
+      !__atomic_exchange_n(&every_row_started, true, __ATOMIC_ACQ_REL)) {
     for (int i = 0; i < kHookCount; ++i)
       if (resolved(i) == nullptr) publish(i, look_up_in(objects, count, kHookRows[i]));
+    torch_resolved();
+  }
   return address;
 }
 
