@@ -48,6 +48,7 @@ void StorageTable::erase(void* context) {
   auto found = records_.find(context);
   if (found == records_.end()) return;
   set_state(found->second, StorageState::kReceived);  // no longer counted as pending
+  if (found->second.watched) --watched_;
   records_.erase(found);
   tracked_.fetch_sub(1);
 }

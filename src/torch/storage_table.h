@@ -118,6 +118,7 @@ class StorageTable {
   std::unordered_map<void*, StorageRecord> records_;  // by DataPtr context
   std::atomic<size_t> tracked_{0};
   std::atomic<size_t> pending_{0};
+  size_t watched_ = 0;  // records of other allocators': the only ones a sweep can find ended
   c10::DeleterFnPtr cpu_deleter_ = nullptr;
 };
 
@@ -147,6 +148,7 @@ StorageRecord* StorageTable::track(c10::StorageImpl* storage, StorageState state
                          nullptr};
   if (!swap) {
     record.watched.emplace(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storage));
+    ++watched_;
   } else if (!data_ptr.compare_exchange_deleter(deleter, &tracked_deleter)) {
     records_.erase(entry);
     return nullptr;
@@ -158,6 +160,7 @@ StorageRecord* StorageTable::track(c10::StorageImpl* storage, StorageState state
 
 template <typename Ended>
 void StorageTable::sweep(Ended&& ended) {
+  if (watched_ == 0) return;  // the CPU allocator's records end through tracked_deleter
   for (auto it = records_.begin(); it != records_.end();) {
     auto next = std::next(it);
     if (it->second.watched && it->second.watched->expired()) {
