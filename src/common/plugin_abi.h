@@ -26,7 +26,7 @@ extern "C" {
 // Bump on any change below; both sides check it. From ABI 4 on, `abi` and
 // `say` are the first two members of fsdpskip_host in every version, so a
 // plugin can say that it was built for another ABI.
-#define FSDPSKIP_PLUGIN_ABI 15  // 15: nccl_transfer (root and rank told; the plugin decides the side); the owing word names a lone owing generator
+#define FSDPSKIP_PLUGIN_ABI 16  // 16: watch_draws; 15: nccl_transfer, the owing word names a lone owing generator
 #define FSDPSKIP_TEXT_OF_(x) #x
 #define FSDPSKIP_TEXT_OF(x) FSDPSKIP_TEXT_OF_(x)
 // As text: the plugin's identity section carries it ("abi=" and this number), so a plugin

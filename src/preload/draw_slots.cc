@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "hooks.h"
@@ -27,7 +28,6 @@ struct Slot {
 // sequence, so that a slot is never pointed away after a debt began. It is
 // taken last (the plugin holds its own locks around watch_draws).
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-pthread_once_t g_fork_handler = PTHREAD_ONCE_INIT;
 Slot g_slots[kMaxSlots];
 int g_slot_count = -1;  // -1: not looked for yet
 bool g_pointed_away = false;
@@ -39,12 +39,13 @@ bool g_plugin_watches = false;  // the plugin asked once: from then on only it d
 // torch_resolved(): the plugin's fork handler waits for the locks its
 // callers of watch_draws hold. g_pointed_away is set before the first slot
 // is pointed away, so the child's next watch_draws(true) restores them all.
-void lock() {
-  pthread_once(&g_fork_handler, [] {
-    pthread_atfork(nullptr, nullptr, [] { pthread_mutex_init(&g_lock, nullptr); });
-  });
-  pthread_mutex_lock(&g_lock);
+// Registered when the preload loads: pthread_atfork takes glibc's fork lock,
+// which a fork holds while it waits for the plugin's locks.
+__attribute__((constructor)) void register_fork_handler() {
+  pthread_atfork(nullptr, nullptr, [] { pthread_mutex_init(&g_lock, nullptr); });
 }
+
+void lock() { pthread_mutex_lock(&g_lock); }
 
 uintptr_t page_of(const void* address) {
   return reinterpret_cast<uintptr_t>(address) & ~(static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)) - 1);
@@ -60,7 +61,9 @@ int protection_of(const void* address) {
   size_t held = 0;
   int protection = -1;
   for (bool more = true; more && protection < 0;) {
-    ssize_t got = read(fd, buffer + held, sizeof buffer - held);
+    // The system call itself: the preload's read() would ask the plugin
+    // about the buffer, under the locks this runs inside.
+    ssize_t got = syscall(SYS_read, fd, buffer + held, sizeof buffer - held);
     more = got > 0;
     if (got > 0) held += got;
     size_t start = 0;

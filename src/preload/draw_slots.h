@@ -17,6 +17,14 @@
 // writable; otherwise they stay on the forwarders, which test the owing
 // word themselves. Calls of these functions from other objects always keep
 // the forwarders.
+//
+// This rests on torch loading the slot at each call made under the
+// generator's mutex, as a PLT call does. A torch built with -fno-plt calls
+// through its GOT (the GLOB_DAT slots found here too), and a compiler may
+// hoist that load out of a loop; a loop that took the generator's mutex on
+// each pass and drew inside it could then keep torch's address after a
+// debt began. No torch kernel has that shape: they take the mutex once,
+// around all their draws.
 #pragma once
 
 namespace fsdpskip {

@@ -74,11 +74,13 @@ TEST(ElfFileEveryBuild, CallSlotsAreTheLibrarysOwnBindings) {
   const char* prefix = "libtorch_cpu.so";
   LoadedLibrary library;
   ASSERT_EQ(find_loaded_libraries(&prefix, 1, &library, 1), 1);
-  const char* symbol = "_ZN2at16CPUGeneratorImpl6randomEv";
+  for (const char* symbol : {"_ZN2at16CPUGeneratorImpl6randomEv", "_ZN2at16CPUGeneratorImpl8random64Ev"}) {
+    void** slots[8];
+    int count = find_call_slots(library, symbol, slots, 8);
+    ASSERT_GE(count, 1) << symbol << ": libtorch_cpu calls it through its PLT (the draw rows rest on it)";
+    for (int i = 0; i < count; ++i) EXPECT_EQ(*slots[i], dlsym(handle, symbol)) << symbol << " slot " << i;
+  }
   void** slots[8];
-  int count = find_call_slots(library, symbol, slots, 8);
-  ASSERT_GE(count, 1) << "libtorch_cpu calls random() through its PLT (the draw rows rest on it)";
-  for (int i = 0; i < count; ++i) EXPECT_EQ(*slots[i], dlsym(handle, symbol)) << "slot " << i;
   EXPECT_EQ(find_call_slots(library, "no_such_function_anywhere", slots, 8), 0);
 }
 
