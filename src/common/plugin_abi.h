@@ -138,9 +138,6 @@ typedef struct fsdpskip_call_arguments {
   const void* operands[3];
 } fsdpskip_call_arguments;
 
-// The preload's current decision. The preload owns it and rewrites it under
-// its own lock whenever the program changes a policy variable (setenv,
-// os.environ), then calls the plugin's policy_changed().
 // What a call of NCCL's C API moves (fsdpskip_nccl_call's transfer).
 typedef enum fsdpskip_transfer {
   FSDPSKIP_TRANSFER_BROADCAST,  // the root's data to every other rank of the communicator
@@ -156,9 +153,13 @@ typedef struct fsdpskip_nccl_call {
   void* receive;     // what a peer's data writes where it receives
   size_t bytes;      // of each; 0 for a datatype the preload does not know
   int root;          // a broadcast's root, as a rank of the communicator; else -1
-  int rank;          // this rank's place in the communicator (ncclCommUserRank); -1 when it cannot be told
+  int rank;          // a broadcast's: this rank's place in the communicator (ncclCommUserRank); else, or
+                     // when it cannot be told, -1
 } fsdpskip_nccl_call;
 
+// The preload's current decision. The preload owns it and rewrites it under
+// its own lock whenever the program changes a policy variable (setenv,
+// os.environ), then calls the plugin's policy_changed().
 typedef struct fsdpskip_host {
   uint32_t abi;
   // Writes one message (no newline) to stderr through the preload's sink:

@@ -12,7 +12,6 @@
 #include "hooks.h"
 
 #include "draw_slots.h"
-
 #include "loaded_objects.h"
 #include "log.h"
 

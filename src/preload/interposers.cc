@@ -412,13 +412,14 @@ int nccl_rank(void* comm) {
   return rank;
 }
 
-// Tells the plugin what an NCCL call moves, this rank's place included;
-// the plugin decides which side this rank is on.
+// Tells the plugin what an NCCL call moves, a broadcast's place in its
+// communicator included; the plugin decides which side this rank is on.
 inline void tell_nccl_transfer(const char* name, fsdpskip_transfer transfer, const void* send, void* receive,
                                size_t bytes, int root, void* comm) {
   const fsdpskip_plugin* plugin = active_plugin();
   if (plugin == nullptr) return;
-  fsdpskip_nccl_call call = {name, transfer, send, receive, bytes, root, nccl_rank(comm)};
+  int rank = transfer == FSDPSKIP_TRANSFER_BROADCAST ? nccl_rank(comm) : -1;  // a send's or receive's side is its own
+  fsdpskip_nccl_call call = {name, transfer, send, receive, bytes, root, rank};
   plugin->nccl_transfer(&call);
 }
 
@@ -457,8 +458,9 @@ struct NcclPointToPoint {
   static int forward(void* buff, size_t count, int datatype, int peer, void* comm, void* stream) {
     auto fn = nccl_original<id, int (*)(void*, size_t, int, int, void*, void*)>();
     if (fn == nullptr) return kNcclSystemError;
-    if (kSends) tell_nccl_transfer("ncclSend", FSDPSKIP_TRANSFER_SEND, buff, nullptr, nccl_bytes(count, datatype), -1, comm);
-    else tell_nccl_transfer("ncclRecv", FSDPSKIP_TRANSFER_RECEIVE, nullptr, buff, nccl_bytes(count, datatype), -1, comm);
+    size_t bytes = nccl_bytes(count, datatype);
+    if (kSends) tell_nccl_transfer("ncclSend", FSDPSKIP_TRANSFER_SEND, buff, nullptr, bytes, -1, comm);
+    else tell_nccl_transfer("ncclRecv", FSDPSKIP_TRANSFER_RECEIVE, nullptr, buff, bytes, -1, comm);
     return fn(buff, count, datatype, peer, comm, stream);
   }
 };

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,17 +25,19 @@ struct Transfer {
   fsdpskip_transfer kind;
   int64_t root;  // a broadcast's, as a rank of its group; else -1
   int64_t rank;  // this rank's place in the group; -1 when it cannot be told
-  // c10d's calls: the tensors it reads or writes. c10d::broadcast_coalesced
-  // flattens them into buckets (reading them) before it broadcasts those.
-  std::vector<at::Tensor> tensors;
+  // c10d's calls: the tensors it reads or writes (the caller's, for the
+  // call). c10d::broadcast_coalesced flattens them into buckets (reading
+  // them) before it broadcasts those.
+  const std::vector<at::Tensor>* tensors = nullptr;
   bool coalesced = false;
   // NCCL's C API: raw memory.
   bool raw = false;
   const void* send = nullptr;
   void* receive = nullptr;
   size_t bytes = 0;
-  // For a stop's line: "gloo broadcast (root 1 of a group of 2, this rank 1)".
-  std::string text;
+  // For a stop's line, made only then: "gloo broadcast (root 1 of a group
+  // of 2, this rank 1)". Every collective passes here, training's too.
+  std::function<std::string()> describe;
 };
 
 // A broadcast's root sends, and so does a rank whose place cannot be told

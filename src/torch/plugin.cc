@@ -129,8 +129,8 @@ const fsdpskip_plugin kPlugin = {
         const compat::CollectiveBackend& backend = compat::backend(group);
         int64_t root = static_cast<const c10d::BroadcastOptions*>(options)->rootRank;
         Transfer transfer(FSDPSKIP_TRANSFER_BROADCAST, root, backend.getRank());
-        transfer.tensors = *static_cast<std::vector<at::Tensor>*>(tensors);
-        transfer.text = collective_text(backend, "broadcast", root);
+        transfer.tensors = static_cast<const std::vector<at::Tensor>*>(tensors);
+        transfer.describe = [&backend, root] { return collective_text(backend, "broadcast", root); };
         transfer_started(transfer);
       });
     },
@@ -138,10 +138,13 @@ const fsdpskip_plugin kPlugin = {
       guarded("coalesced_broadcast_started", [&] {
         const c10d::ProcessGroup& process_group = **static_cast<const c10::intrusive_ptr<c10d::ProcessGroup>*>(group);
         const auto* first = static_cast<const at::Tensor*>(tensors);
+        std::vector<at::Tensor> list(first, first + count);
         Transfer transfer(FSDPSKIP_TRANSFER_BROADCAST, root, process_group.getRank());
-        transfer.tensors.assign(first, first + count);
+        transfer.tensors = &list;
         transfer.coalesced = true;
-        transfer.text = collective_text(process_group, "coalesced broadcast", root);
+        transfer.describe = [&process_group, root] {
+          return collective_text(process_group, "coalesced broadcast", root);
+        };
         transfer_started(transfer);
       });
     },
@@ -149,13 +152,16 @@ const fsdpskip_plugin kPlugin = {
       guarded("sending", [&] {
         const compat::CollectiveBackend& backend = compat::backend(group);
         Transfer transfer(FSDPSKIP_TRANSFER_SEND, -1, backend.getRank());
-        if (nested)
+        std::vector<at::Tensor> flattened;
+        if (nested) {
           for (const auto& inner : *static_cast<const std::vector<std::vector<at::Tensor>>*>(tensors))
-            transfer.tensors.insert(transfer.tensors.end(), inner.begin(), inner.end());
-        else
-          transfer.tensors = *static_cast<const std::vector<at::Tensor>*>(tensors);
-        if (transfer.tensors.empty()) return;  // a scatter's inputs are the root's alone
-        transfer.text = collective_text(backend, collective, -1);
+            flattened.insert(flattened.end(), inner.begin(), inner.end());
+          transfer.tensors = &flattened;
+        } else {
+          transfer.tensors = static_cast<const std::vector<at::Tensor>*>(tensors);
+        }
+        if (transfer.tensors->empty()) return;  // a scatter's inputs are the root's alone
+        transfer.describe = [&backend, collective] { return collective_text(backend, collective, -1); };
         transfer_started(transfer);
       });
     },
@@ -169,7 +175,7 @@ const fsdpskip_plugin kPlugin = {
             !list[0].is_contiguous(list[0].suggest_memory_format()))
           return;
         Transfer transfer(FSDPSKIP_TRANSFER_RECEIVE, -1, -1);
-        transfer.tensors = list;
+        transfer.tensors = &list;
         transfer_started(transfer);
       });
     },
@@ -180,9 +186,13 @@ const fsdpskip_plugin kPlugin = {
         transfer.send = call->send;
         transfer.receive = call->receive;
         transfer.bytes = call->bytes;
-        transfer.text = std::string(call->name) + " (NCCL's C API, " +
-                        (call->root >= 0 ? "root " + std::to_string(call->root) + ", " : "") + "this rank " +
-                        (call->rank >= 0 ? std::to_string(call->rank) : "unknown") + ")";
+        transfer.describe = [call] {
+          std::string where = call->transfer == FSDPSKIP_TRANSFER_BROADCAST
+                                  ? ", root " + std::to_string(call->root) + ", this rank " +
+                                        (call->rank >= 0 ? std::to_string(call->rank) : "unknown")
+                                  : "";
+          return std::string(call->name) + " (NCCL's C API" + where + ")";
+        };
         transfer_started(transfer);
       });
     },

@@ -480,7 +480,7 @@ const std::map<std::string, Check>& checks() {
          Calls calls(FSDPSKIP_RUN);
          EXPECT_EQ(ncclSend(buffer, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
          calls.original("ncclSend", buffer, {&comm, &stream}, {}, {kCount, kFloat32, 1});
-         calls.plugin({{"ncclSend", FSDPSKIP_TRANSFER_SEND, {buffer, nullptr}, sizeof buffer, {-1, 0}}});
+         calls.plugin({{"ncclSend", FSDPSKIP_TRANSFER_SEND, {buffer, nullptr}, sizeof buffer, {-1, -1}}});
        }},
       {"nccl_broadcast", [](const Row&) { check_broadcast<c10d::ProcessGroupNCCL>("ProcessGroupNCCL::broadcast"); }},
       {"erfinv",
@@ -628,7 +628,7 @@ const std::map<std::string, Check>& checks() {
          Calls calls(FSDPSKIP_RUN);
          EXPECT_EQ(ncclRecv(buffer, kCount, kFloat32, 1, &comm, &stream), kShapeOriginalResult);
          calls.original("ncclRecv", buffer, {&comm, &stream}, {}, {kCount, kFloat32, 1});
-         calls.plugin({{"ncclRecv", FSDPSKIP_TRANSFER_RECEIVE, {nullptr, buffer}, sizeof buffer, {-1, 0}}});
+         calls.plugin({{"ncclRecv", FSDPSKIP_TRANSFER_RECEIVE, {nullptr, buffer}, sizeof buffer, {-1, -1}}});
        }},
   };
   return table;
